@@ -1,0 +1,74 @@
+# ToolHub: `make run` serves the dashboard with a worker; `make test` runs the tests.
+# Both set up everything they need on a fresh Debian machine with Python 3.11.
+
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+DATA ?= $(CURDIR)/.data
+WHEELHOUSE := $(DATA)/wheelhouse
+PORT ?= 8000
+export TOOLHUB_DATA_DIR ?= $(DATA)
+
+.PHONY: run test lint lock wheelhouse system deps data messages bench clean
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=24"
+	$(PY) -m pip install -q --require-hashes -r requirements.txt
+	touch $@
+
+deps: $(VENV)/.installed
+
+# System packages and the sandbox's unprivileged user. Needs root the first time; as
+# another user it only checks and tells what is missing.
+system:
+	@./scripts/system-setup
+
+data:
+	@mkdir -p -m 0755 $(DATA)
+	@chmod 0755 $(DATA)
+	@test -f $(DATA)/toolhub.env || $(PY) scripts/make_env.py $(DATA)/toolhub.env
+
+# The runtime's locked requirements and the demo's `humanize`, for offline builds in tests.
+wheelhouse: deps
+	@mkdir -p $(WHEELHOUSE)
+	@test -f $(WHEELHOUSE)/.complete || ( \
+	  $(PY) -m pip download -q --only-binary=:all: --no-deps -d $(WHEELHOUSE) -r toolhub/runtime/requirements.txt && \
+	  $(PY) -m pip download -q --only-binary=:all: --no-deps -d $(WHEELHOUSE) -r tests/wheelhouse.txt && \
+	  touch $(WHEELHOUSE)/.complete )
+
+run: deps system data
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py create_admin
+	$(PY) manage.py load_demo
+	@echo "ToolHub: http://127.0.0.1:$(PORT)/  (log in as admin; Ctrl-C stops the web server and the worker)"
+	@trap 'kill 0' INT TERM EXIT; \
+	  DEBUG=$${DEBUG:-true} $(VENV)/bin/celery -A toolhub worker -B -Q builds,sandbox,celery -c 2 -l info \
+	    --schedule $(DATA)/celerybeat-schedule & \
+	  DEBUG=$${DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:$(PORT) & \
+	  wait
+
+# Tests run against $DATABASE_URL / $REDIS_URL when set (CI sets both), else SQLite and
+# the embedded broker.
+test: deps system wheelhouse
+	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/ruff check .
+	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: deps
+	$(VENV)/bin/ruff check .
+
+lock: deps
+	$(VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras -o requirements.txt requirements.in
+	$(VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras -o toolhub/runtime/requirements.txt toolhub/runtime/requirements.in
+
+messages: deps
+	$(PY) manage.py makemessages -a --ignore=.venv --ignore=.data
+	$(PY) manage.py compilemessages --ignore=.venv
+
+bench: deps wheelhouse
+	$(PY) bench/environments.py
+	$(PY) bench/invoke.py
+
+clean:
+	rm -rf $(VENV) /tmp/toolhub-test-data

@@ -1,0 +1,144 @@
+"""Shared fixtures. The people in the tests:
+
+- admin: staff, may do everything.
+- alice: a toolkit author; owns the toolkits the tests create.
+- bob: another toolkit author; owns nothing of alice's.
+- carol: a plain user: may view and invoke, not upload.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.env_fixtures import demo_index, slow_gate  # noqa: F401
+
+REPO = Path(__file__).resolve().parent.parent
+
+EXAMPLES = REPO / "toolhub" / "toolkits" / "demo"
+
+
+def example(name: str) -> str:
+    return (EXAMPLES / f"{name}.py").read_text()
+
+
+@pytest.fixture
+def admin(django_user_model):
+    return django_user_model.objects.create_user("admin", "admin@example.org", "pw-admin-1", is_staff=True, is_superuser=True)
+
+
+def _author(django_user_model, name):
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user(name, f"{name}@example.org", f"pw-{name}-1")
+    user.user_permissions.add(Permission.objects.get(codename="add_toolkit"))
+    return user
+
+
+@pytest.fixture
+def alice(django_user_model):
+    return _author(django_user_model, "alice")
+
+
+@pytest.fixture
+def bob(django_user_model):
+    return _author(django_user_model, "bob")
+
+
+@pytest.fixture
+def carol(django_user_model):
+    return django_user_model.objects.create_user("carol", "carol@example.org", "pw-carol-1")
+
+
+@pytest.fixture
+def upload():
+    """Upload a source as a user through the service layer (no build runs)."""
+    from toolhub.toolkits import services
+
+    def _upload(user, source: str, slug: str | None = None):
+        return services.toolkit_create(source=source, user=user, slug=slug).toolkit
+
+    return _upload
+
+
+@pytest.fixture
+def build():
+    """Run a revision's build and introspection in this process, the way the worker would:
+    real pip-compile, uv, and bubblewrap sandbox, without a broker in between."""
+    from toolhub.packages.tasks import build_revision
+    from toolhub.runs.tasks import introspect_revision
+    from toolhub.toolkits.models import Toolkit
+
+    def _build(toolkit):
+        revision = toolkit.latest_revision()
+        build_revision.run(revision.pk)
+        introspect_revision.run(revision.pk)
+        revision.refresh_from_db()
+        return Toolkit.objects.get(pk=toolkit.pk)
+
+    return _build
+
+
+def _database_url() -> str:
+    from django.db import connection
+
+    s = connection.settings_dict
+    if s["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{s['NAME']}"
+    auth = s["USER"] or ""
+    if s["PASSWORD"]:
+        auth += f":{s['PASSWORD']}"
+    host = s["HOST"] or ""
+    port = f":{s['PORT']}" if s["PORT"] else ""
+    return f"postgres://{auth}{'@' if auth or host else ''}{host}{port}/{s['NAME']}"
+
+
+class WorkerProcess:
+    def __init__(self, process: subprocess.Popen, log: Path):
+        self.process = process
+        self.log = log
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def start_worker(tmp_path: Path, *, concurrency: int = 1) -> WorkerProcess:
+    """A real Celery worker process on the configured broker, using the test database."""
+    from toolhub.celery import app
+
+    app.control.purge()
+    env = dict(os.environ, DATABASE_URL=_database_url())
+    log = tmp_path / "worker.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", "builds,sandbox,celery",
+         "-c", str(concurrency), "-l", "info", "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    worker = WorkerProcess(process, log)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if "ready." in worker.output():
+            return worker
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    worker.kill()
+    raise RuntimeError("the Celery worker did not start:\n" + worker.output()[-3000:])
+
+
+@pytest.fixture
+def worker(transactional_db, tmp_path):
+    proc = start_worker(tmp_path)
+    yield proc
+    proc.kill()

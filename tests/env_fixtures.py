@@ -1,0 +1,288 @@
+"""Offline package index for the environment tests.
+
+`demo_index` builds a throwaway wheelhouse once per test session: a few tiny pure-Python
+distributions made here, plus the runtime's real wheels (pydantic and its dependencies) and
+`humanize`, copied from the project's wheelhouse (`$TOOLHUB_WHEELHOUSE`, by default
+`.data/wheelhouse`, filled by `make wheelhouse`). Nothing here touches the network.
+
+The distributions:
+- `toolhub-demo-a 1.0` (wheel) depends on `toolhub-demo-b>=1` and has a console script.
+- `toolhub-demo-b 1.0` and `2.0` (wheels), so constraints have two versions to choose from.
+- `toolhub-demo-broken 1.0` (sdist only): its metadata builds, its wheel build fails, so a lock
+  succeeds and the environment build fails.
+- `toolhub-demo-slow 1.0` (sdist only): its wheel build records who built it and then waits
+  while the gate file exists, so a test can catch a build in the middle.
+
+All of them use the small in-tree build backend below, because setuptools would have to come
+from an index and the tests have none.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from toolhub.lib.environments import IndexSettings
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_WHEELHOUSE = REPO_ROOT / ".data" / "wheelhouse"
+
+# A PEP 517 backend small enough to read in one go. It takes everything from
+# toolhub_fixture.json next to it, so every demo project shares the same file.
+_BACKEND_SOURCE = r'''
+import base64
+import hashlib
+import io
+import json
+import os
+import pathlib
+import sys
+import tarfile
+import time
+import zipfile
+
+_HERE = pathlib.Path(__file__).resolve().parent
+_EPOCH = (2020, 1, 1, 0, 0, 0)
+
+
+def _config():
+    return json.loads((_HERE / "toolhub_fixture.json").read_text())
+
+
+def _stem(config):
+    return config["name"].replace("-", "_") + "-" + config["version"]
+
+
+def _metadata(config):
+    lines = ["Metadata-Version: 2.1", "Name: " + config["name"], "Version: " + config["version"]]
+    lines += ["Requires-Dist: " + requirement for requirement in config["requires"]]
+    return "\n".join(lines) + "\n"
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return []
+
+
+def get_requires_for_build_sdist(config_settings=None):
+    return []
+
+
+def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
+    config = _config()
+    dist_info = pathlib.Path(metadata_directory) / (_stem(config) + ".dist-info")
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(_metadata(config))
+    return dist_info.name
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    config = _config()
+    if config.get("record"):
+        with open(config["record"], "a") as record:
+            record.write(json.dumps({"pid": os.getpid(), "env": sorted(os.environ)}) + "\n")
+    gate = config.get("gate")
+    give_up = time.monotonic() + 60
+    while gate and os.path.exists(gate) and time.monotonic() < give_up:
+        time.sleep(0.05)
+    if config.get("fail_build"):
+        print("toolhub-demo-broken: this package is made to fail its build", file=sys.stderr)
+        raise RuntimeError("toolhub-demo-broken refuses to build")
+    dist_info = _stem(config) + ".dist-info"
+    files = {path: text.encode() for path, text in config["files"].items()}
+    files[dist_info + "/METADATA"] = _metadata(config).encode()
+    files[dist_info + "/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: toolhub-fixture\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
+    if config["scripts"]:
+        lines = ["[console_scripts]"] + [k + " = " + v for k, v in config["scripts"].items()]
+        files[dist_info + "/entry_points.txt"] = ("\n".join(lines) + "\n").encode()
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(path + ",sha256=" + digest + "," + str(len(data)))
+    record.append(dist_info + "/RECORD,,")
+    files[dist_info + "/RECORD"] = ("\n".join(record) + "\n").encode()
+    name = _stem(config) + "-py3-none-any.whl"
+    with zipfile.ZipFile(pathlib.Path(wheel_directory) / name, "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(zipfile.ZipInfo(path, _EPOCH), data)
+    return name
+
+
+def build_sdist(sdist_directory, config_settings=None):
+    config = _config()
+    name = _stem(config) + ".tar.gz"
+    members = {
+        "PKG-INFO": _metadata(config).encode(),
+        "pyproject.toml": (_HERE / "pyproject.toml").read_bytes(),
+        "toolhub_fixture.json": (_HERE / "toolhub_fixture.json").read_bytes(),
+        "_toolhub_backend.py": (_HERE / "_toolhub_backend.py").read_bytes(),
+    }
+    with tarfile.open(pathlib.Path(sdist_directory) / name, "w:gz") as archive:
+        for member, data in members.items():
+            info = tarfile.TarInfo(_stem(config) + "/" + member)
+            info.size = len(data)
+            info.mode = 0o644
+            archive.addfile(info, io.BytesIO(data))
+    return name
+'''
+
+_PYPROJECT = """\
+[build-system]
+requires = []
+build-backend = "_toolhub_backend"
+backend-path = ["."]
+"""
+
+
+@dataclass(frozen=True)
+class DemoIndex:
+    """A local wheelhouse and the files that steer `toolhub-demo-slow`."""
+
+    wheelhouse: Path
+    # While this file exists, a build of toolhub-demo-slow waits (for at most a minute).
+    gate: Path
+    # Every build of toolhub-demo-slow appends one JSON line: its pid and environment names.
+    build_record: Path
+
+    @property
+    def settings(self) -> IndexSettings:
+        return IndexSettings(find_links=(str(self.wheelhouse),), no_index=True)
+
+    def slow_builds(self) -> list[dict]:
+        if not self.build_record.exists():
+            return []
+        return [json.loads(line) for line in self.build_record.read_text().splitlines()]
+
+    def wait_for_slow_build(self, *, count: int = 1, timeout: float = 60) -> dict:
+        """Wait until toolhub-demo-slow's build has started `count` times; return the last."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            builds = self.slow_builds()
+            if len(builds) >= count:
+                return builds[-1]
+            time.sleep(0.05)
+        raise AssertionError(f"toolhub-demo-slow was not built {count} time(s) in {timeout} s")
+
+
+def _write_project(directory: Path, config: dict) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "pyproject.toml").write_text(_PYPROJECT)
+    (directory / "_toolhub_backend.py").write_text(_BACKEND_SOURCE)
+    full = {"requires": [], "files": {}, "scripts": {}, **config}
+    (directory / "toolhub_fixture.json").write_text(json.dumps(full, indent=2))
+    return directory
+
+
+def _source_wheelhouse() -> Path:
+    return Path(os.environ.get("TOOLHUB_WHEELHOUSE") or DEFAULT_WHEELHOUSE)
+
+
+def build_demo_index(directory: Path) -> DemoIndex:
+    """Make the demo distributions and copy the runtime's wheels into directory/wheelhouse."""
+    source = _source_wheelhouse()
+    wheels = sorted(source.glob("*.whl"))
+    names = {wheel.name.split("-")[0].lower() for wheel in wheels}
+    if not {"pydantic", "pydantic_core", "humanize"} <= names:
+        pytest.fail(
+            f"{source} lacks pydantic, pydantic-core or humanize wheels; run `make wheelhouse` "
+            "(or set TOOLHUB_WHEELHOUSE to a directory that has them)"
+        )
+    wheelhouse = directory / "wheelhouse"
+    wheelhouse.mkdir(parents=True)
+    for wheel in wheels:
+        shutil.copy2(wheel, wheelhouse)
+
+    index = DemoIndex(
+        wheelhouse=wheelhouse, gate=directory / "slow.gate", build_record=directory / "slow.jsonl"
+    )
+    projects = directory / "projects"
+    wheel_projects = [
+        _write_project(
+            projects / "a",
+            {
+                "name": "toolhub-demo-a",
+                "version": "1.0",
+                "requires": ["toolhub-demo-b>=1"],
+                "files": {
+                    "toolhub_demo_a/__init__.py": (
+                        "from toolhub_demo_b import VALUE\n\n\n"
+                        "def greet():\n    return 'a sees ' + VALUE\n\n\n"
+                        "def main():\n    print(greet())\n"
+                    )
+                },
+                "scripts": {"toolhub-demo-a": "toolhub_demo_a:main"},
+            },
+        ),
+        *(
+            _write_project(
+                projects / f"b{major}",
+                {
+                    "name": "toolhub-demo-b",
+                    "version": f"{major}.0",
+                    "files": {"toolhub_demo_b/__init__.py": f"VALUE = 'b{major}'\n"},
+                },
+            )
+            for major in (1, 2)
+        ),
+    ]
+    sdist_projects = [
+        _write_project(
+            projects / "broken",
+            {"name": "toolhub-demo-broken", "version": "1.0", "fail_build": True},
+        ),
+        _write_project(
+            projects / "slow",
+            {
+                "name": "toolhub-demo-slow",
+                "version": "1.0",
+                "files": {"toolhub_demo_slow.py": "VALUE = 'slow'\n"},
+                "gate": str(index.gate),
+                "record": str(index.build_record),
+            },
+        ),
+    ]
+    # The ambient pip configuration on a developer machine may add indexes or find-links;
+    # these builds need neither, so they ignore it.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(directory)}
+    env |= {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1"}
+    env |= {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    # One project per call: pip refuses two versions of toolhub-demo-b in one command.
+    for project in wheel_projects:
+        subprocess.run(
+            [Path(sys.executable).parent / "pip", "wheel", "--no-deps", "--quiet",
+             "--wheel-dir", str(wheelhouse), str(project)],
+            check=True,
+            env=env,
+        )
+    for project in sdist_projects:
+        backend = runpy.run_path(str(project / "_toolhub_backend.py"))
+        backend["build_sdist"](str(wheelhouse))
+    return index
+
+
+@pytest.fixture(scope="session")
+def demo_index(tmp_path_factory: pytest.TempPathFactory) -> DemoIndex:
+    return build_demo_index(tmp_path_factory.mktemp("demo-index"))
+
+
+@pytest.fixture
+def slow_gate(demo_index: DemoIndex) -> Iterator[DemoIndex]:
+    """Close the gate for toolhub-demo-slow during one test and forget earlier builds."""
+    demo_index.build_record.unlink(missing_ok=True)
+    demo_index.gate.touch()
+    try:
+        yield demo_index
+    finally:
+        demo_index.gate.unlink(missing_ok=True)
+        demo_index.build_record.unlink(missing_ok=True)

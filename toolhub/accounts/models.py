@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+AUTHORS_GROUP = "Toolkit authors"
+TOKEN_PREFIX = "th_"
+
+
+def hash_token(raw: str) -> str:
+    # Tokens are 256-bit random values, so a plain SHA-256 is enough: there is nothing
+    # to brute-force that a slow hash would protect.
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class Profile(models.Model):
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
+    language = models.CharField(max_length=10, blank=True)
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def active(self) -> ApiTokenQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ApiToken(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    # The first characters of the token, shown so people can tell their tokens apart.
+    prefix = models.CharField(max_length=12)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, *, user, name: str) -> tuple[ApiToken, str]:
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(user=user, name=name, prefix=raw[:10], digest=hash_token(raw))
+        return token, raw
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

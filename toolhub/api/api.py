@@ -1,0 +1,316 @@
+"""The HTTP API, version 1 (../shared/API.md is the contract). Every error has the shape
+{"errors": [{"message", "field", "line"}]}; objects the caller may not see are 404."""
+
+from __future__ import annotations
+
+import logging
+
+from django.http import Http404, HttpRequest
+from django.utils import translation
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
+from toolhub.api import schemas as s
+from toolhub.api.auth import BrowserSession, TokenAuth
+from toolhub.api.serializers import invocation_out, package_out, toolkit_out, toolkit_summary
+from toolhub.lib import schema_forms
+from toolhub.lib.secrets import MASK, mask_values, merge_submitted
+from toolhub.lib.toolkit_source import MAX_SOURCE_BYTES, ToolkitSourceInvalid
+from toolhub.packages import services as package_services
+from toolhub.packages.models import Approval, Package
+from toolhub.runs import services as run_services
+from toolhub.runs.models import Invocation
+from toolhub.toolkits import selectors, services, valves
+
+logger = logging.getLogger(__name__)
+
+api = NinjaAPI(
+    title="ToolHub API",
+    version="1",
+    description="Manage toolkits, approve packages, edit valves and invoke tools.",
+    auth=[TokenAuth(), BrowserSession()],
+    urls_namespace="api",
+    openapi_url="/openapi.json",
+)
+
+ERRORS = {400: s.ErrorOut, 401: s.ErrorOut, 403: s.ErrorOut, 404: s.ErrorOut, 409: s.ErrorOut, 413: s.ErrorOut, 503: s.ErrorOut}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, errors: list[dict]):
+        self.status = status
+        self.errors = errors
+
+
+def _error(status: int, message: str, field: str | None = None, line: int | None = None) -> ApiError:
+    return ApiError(status, [{"message": message, "field": field, "line": line}])
+
+
+@api.exception_handler(ApiError)
+def _api_error(request, exc: ApiError):
+    return api.create_response(request, {"errors": exc.errors}, status=exc.status)
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request, exc: ValidationError):
+    errors = []
+    for err in exc.errors:
+        loc = [str(p) for p in err.get("loc", []) if p not in ("body", "payload", "query", "path")]
+        errors.append({"message": err.get("msg", "invalid"), "field": ".".join(loc) or None, "line": None})
+    return api.create_response(request, {"errors": errors}, status=400)
+
+
+@api.exception_handler(AuthenticationError)
+def _auth_error(request, exc):
+    return api.create_response(
+        request, {"errors": [{"message": "Authentication required: send a bearer token.", "field": None, "line": None}]}, status=401
+    )
+
+
+@api.exception_handler(Http404)
+def _not_found(request, exc):
+    return api.create_response(request, {"errors": [{"message": "Not found.", "field": None, "line": None}]}, status=404)
+
+
+@api.exception_handler(HttpError)
+def _http_error(request, exc: HttpError):
+    return api.create_response(request, {"errors": [{"message": str(exc), "field": None, "line": None}]}, status=exc.status_code)
+
+
+@api.exception_handler(Exception)
+def _unexpected(request, exc):
+    # Never a traceback or HTML in an API response.
+    logger.exception("unhandled API error on %s %s", request.method, request.path)
+    return api.create_response(request, {"errors": [{"message": "Internal error.", "field": None, "line": None}]}, status=500)
+
+
+def _source_errors(exc: ToolkitSourceInvalid) -> ApiError:
+    status = 409 if any(e.field == "slug" and "exists" in e.message for e in exc.errors) else 400
+    return ApiError(status, [{"message": e.message, "field": e.field, "line": e.line} for e in exc.errors])
+
+
+def _check_size(source: str) -> None:
+    size = len(source.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_SOURCE_BYTES:
+        raise _error(413, f"The source is {size} bytes; the limit is {MAX_SOURCE_BYTES} bytes (512 KiB).", "source")
+
+
+def _language(request: HttpRequest) -> str:
+    lang = request.GET.get("lang")
+    if lang:
+        return lang.lower()[:10]
+    return translation.get_language_from_request(request)
+
+
+def _toolkit(request, slug: str):
+    return selectors.get_toolkit_for_user(user=request.user, slug=slug)
+
+
+def _manageable(request, slug: str):
+    toolkit = _toolkit(request, slug)
+    if not can_manage_toolkit(request.user, toolkit):
+        raise _error(403, "Only the toolkit's owner and admins may do this.")
+    return toolkit
+
+
+# TOOLKITS
+# ------------------------------------------------------------------------------
+
+
+@api.get("/toolkits", response=s.ToolkitList, tags=["toolkits"])
+def list_toolkits(request, q: str = ""):
+    return {"items": [toolkit_summary(t) for t in selectors.toolkit_list(user=request.user, query=q[:200])]}
+
+
+@api.post("/toolkits", response={201: s.ToolkitOut, **ERRORS}, tags=["toolkits"])
+def create_toolkit(request, payload: s.ToolkitIn):
+    if not can_upload(request.user):
+        raise _error(403, "Only toolkit authors and admins may upload toolkits.")
+    _check_size(payload.source)
+    try:
+        result = services.toolkit_create(source=payload.source, user=request.user, slug=payload.slug)
+    except ToolkitSourceInvalid as exc:
+        raise _source_errors(exc) from None
+    return 201, toolkit_out(result.toolkit, language=_language(request))
+
+
+@api.get("/toolkits/{slug}", response={200: s.ToolkitOut, **ERRORS}, tags=["toolkits"])
+def get_toolkit(request, slug: str):
+    return toolkit_out(_toolkit(request, slug), language=_language(request))
+
+
+@api.put("/toolkits/{slug}", response={200: s.ToolkitOut, **ERRORS}, tags=["toolkits"])
+def update_toolkit(request, slug: str, payload: s.SourceIn):
+    toolkit = _manageable(request, slug)
+    _check_size(payload.source)
+    try:
+        services.revision_upload(toolkit=toolkit, source=payload.source, user=request.user)
+    except ToolkitSourceInvalid as exc:
+        raise _source_errors(exc) from None
+    return toolkit_out(_toolkit(request, slug), language=_language(request))
+
+
+@api.post("/toolkits/{slug}/rollback", response={200: s.ToolkitOut, **ERRORS}, tags=["toolkits"])
+def rollback_toolkit(request, slug: str, payload: s.RollbackIn):
+    toolkit = _manageable(request, slug)
+    try:
+        services.toolkit_rollback(toolkit=toolkit, number=payload.revision)
+    except ToolkitSourceInvalid as exc:
+        raise _error(404, exc.errors[0].message, "revision") from None
+    return toolkit_out(_toolkit(request, slug), language=_language(request))
+
+
+@api.delete("/toolkits/{slug}", response={204: None, **ERRORS}, tags=["toolkits"])
+def delete_toolkit(request, slug: str):
+    services.toolkit_delete(toolkit=_manageable(request, slug))
+    return 204, None
+
+
+# VALVES
+# ------------------------------------------------------------------------------
+
+
+def _valves_response(schema, stored) -> dict:
+    secrets = valves.schema_secrets(schema)
+    masked, is_set = mask_values(stored, secrets)
+    return {"values": masked, "secrets": is_set}
+
+
+def _valves_put(request, toolkit, schema, values: dict, owner) -> dict:
+    if not schema:
+        raise _error(409, "This toolkit has no settings of this kind (or is not ready yet).")
+    secrets = valves.schema_secrets(schema)
+    stored = valves.load_values(toolkit=toolkit, user=owner)
+    merged = merge_submitted(stored, values, secrets, set())
+    errors = schema_forms.validate(schema, merged)
+    if errors:
+        # Per-field messages come from the schema; they never echo a submitted value.
+        raise ApiError(400, [{"message": m, "field": None if f == "__all__" else f, "line": None} for f, ms in errors.items() for m in ms])
+    valves.store_values(toolkit=toolkit, values=merged, user=owner, by=request.user)
+    return _valves_response(schema, merged)
+
+
+def _schema(toolkit, attr: str):
+    revision = toolkit.current_revision
+    return getattr(revision, attr) if revision else None
+
+
+@api.get("/toolkits/{slug}/valves", response={200: s.ValvesOut, **ERRORS}, tags=["valves"])
+def get_valves(request, slug: str):
+    toolkit = _toolkit(request, slug)
+    if not is_admin(request.user):
+        raise Http404
+    return _valves_response(_schema(toolkit, "valves_schema"), valves.load_values(toolkit=toolkit))
+
+
+@api.put("/toolkits/{slug}/valves", response={200: s.ValvesOut, **ERRORS}, tags=["valves"])
+def put_valves(request, slug: str, payload: s.ValvesIn):
+    toolkit = _toolkit(request, slug)
+    if not is_admin(request.user):
+        raise Http404
+    return _valves_put(request, toolkit, _schema(toolkit, "valves_schema"), payload.values, None)
+
+
+@api.get("/toolkits/{slug}/user-valves", response={200: s.ValvesOut, **ERRORS}, tags=["valves"])
+def get_user_valves(request, slug: str):
+    toolkit = _toolkit(request, slug)
+    return _valves_response(_schema(toolkit, "user_valves_schema"), valves.load_values(toolkit=toolkit, user=request.user))
+
+
+@api.put("/toolkits/{slug}/user-valves", response={200: s.ValvesOut, **ERRORS}, tags=["valves"])
+def put_user_valves(request, slug: str, payload: s.ValvesIn):
+    toolkit = _toolkit(request, slug)
+    return _valves_put(request, toolkit, _schema(toolkit, "user_valves_schema"), payload.values, request.user)
+
+
+# PACKAGES
+# ------------------------------------------------------------------------------
+
+
+def _admin(request) -> None:
+    if not is_admin(request.user):
+        raise Http404
+
+
+@api.get("/packages", response={200: s.PackageList, **ERRORS}, tags=["packages"])
+def list_packages(request, status: str | None = None):
+    _admin(request)
+    qs = Package.objects.select_related("reviewed_by").prefetch_related("requests__revision__toolkit")
+    if status:
+        if status not in Approval.values:
+            raise _error(400, "status must be pending, approved or rejected.", "status")
+        qs = qs.filter(status=status)
+    return {"items": [package_out(p) for p in qs]}
+
+
+@api.post("/packages/{name}/approve", response={200: s.PackageOut, **ERRORS}, tags=["packages"])
+def approve_package(request, name: str, payload: s.ApproveIn):
+    _admin(request)
+    try:
+        package = package_services.package_approve(name=name, user=request.user, constraint=payload.constraint or "")
+    except package_services.InvalidConstraint as exc:
+        raise _error(400, str(exc), "constraint") from None
+    return package_out(package)
+
+
+@api.post("/packages/{name}/reject", response={200: s.PackageOut, **ERRORS}, tags=["packages"])
+def reject_package(request, name: str, payload: s.RejectIn):
+    _admin(request)
+    return package_out(package_services.package_reject(name=name, user=request.user, reason=payload.reason))
+
+
+# INVOCATIONS
+# ------------------------------------------------------------------------------
+
+
+@api.post("/toolkits/{slug}/tools/{tool}/invoke", response={200: s.InvocationOut, 202: s.QueuedOut, **ERRORS}, tags=["invocations"])
+def invoke(request, slug: str, tool: str, payload: s.InvokeIn):
+    toolkit = _toolkit(request, slug)
+    try:
+        invocation = run_services.invocation_create(
+            toolkit=toolkit, tool=tool, arguments=payload.arguments, user=request.user,
+            messages=payload.messages, files=payload.files,
+        )
+    except run_services.InvocationRejected as exc:
+        raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None
+    if not payload.wait:
+        return 202, {"id": str(invocation.id), "status": invocation.status}
+    return 200, invocation_out(run_services.wait_for(invocation), with_events=True)
+
+
+def _invocation(request, invocation_id: str) -> Invocation:
+    invocation = Invocation.objects.select_related("toolkit", "revision").filter(pk=_uuid(invocation_id)).first()
+    if invocation is None or not (is_admin(request.user) or invocation.user_id == request.user.pk):
+        raise Http404
+    return invocation
+
+
+def _uuid(value: str):
+    import uuid
+
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise Http404 from None
+
+
+@api.get("/invocations/{invocation_id}", response={200: s.InvocationOut, **ERRORS}, tags=["invocations"])
+def get_invocation(request, invocation_id: str):
+    return invocation_out(_invocation(request, invocation_id), with_events=True)
+
+
+@api.post("/invocations/{invocation_id}/respond", response={200: s.InvocationOut, **ERRORS}, tags=["invocations"])
+def respond(request, invocation_id: str, payload: s.RespondIn):
+    invocation = _invocation(request, invocation_id)
+    if invocation.user_id != request.user.pk:
+        raise Http404
+    try:
+        run_services.invocation_respond(invocation=invocation, value=payload.value)
+    except run_services.InvocationRejected as exc:
+        raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None
+    invocation.refresh_from_db()
+    return invocation_out(invocation, with_events=True)
+
+
+__all__ = ["api", "MASK"]

@@ -1,0 +1,112 @@
+"""Model → API dictionaries, kept apart from the endpoints so pages and tests can reuse them."""
+
+from __future__ import annotations
+
+from toolhub.runs.models import Invocation
+from toolhub.toolkits.display import resolve
+from toolhub.toolkits.models import Toolkit
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def toolkit_summary(toolkit: Toolkit) -> dict:
+    revision = toolkit.current_revision
+    return {
+        "slug": toolkit.slug,
+        "title": toolkit.title,
+        "version": revision.version if revision else "",
+        "revision": revision.number if revision else None,
+        "status": toolkit.status,
+        "tool_names": revision.tool_names if revision else [],
+    }
+
+
+def display_for(toolkit: Toolkit, revision, language: str) -> dict:
+    """Display strings resolved for a language. LLM-facing fields are left alone elsewhere."""
+    def r(text):
+        return resolve(text, toolkit=toolkit, language=language).text
+
+    tools = {}
+    meta = revision.plugin_metadata if revision and revision.plugin_metadata else None
+    for spec in (revision.tools if revision else []) or []:
+        function = spec.get("function", {})
+        name = function.get("name", "")
+        entry = {"name": name, "description": function.get("description", ""), "parameters": {}}
+        if meta and meta.get("name") == name:
+            entry["name"] = r(meta.get("displayName") or name)
+            entry["description"] = r(meta.get("displayDescription") or entry["description"])
+            for pname, p in (meta.get("parameters") or {}).items():
+                entry["parameters"][pname] = r(p.get("displayDescription") or p.get("description", ""))
+        else:
+            for pname, p in (function.get("parameters") or {}).get("properties", {}).items():
+                entry["parameters"][pname] = p.get("description", "")
+        tools[name] = entry
+    return {
+        "title": r(revision.title if revision else toolkit.title),
+        "description": r(revision.description if revision else ""),
+        "tools": tools,
+    }
+
+
+def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
+    revision = toolkit.current_revision
+    revisions = toolkit.revisions.select_related("uploaded_by").only(
+        "number", "sha256", "version", "created_at", "uploaded_by__username", "status"
+    ).order_by("number")
+    ready = revision is not None and revision.status == "ready"
+    data = toolkit_summary(toolkit)
+    data.update(
+        description=revision.description if revision else "",
+        author=revision.manifest.get("author", "") if revision else "",
+        status_detail=(revision.status_detail or None) if revision else None,
+        manifest=revision.manifest if revision else {},
+        requirements=revision.requirement_texts if revision else [],
+        tools=revision.tools if ready else [],
+        valves_schema=revision.valves_schema if ready else None,
+        user_valves_schema=revision.user_valves_schema if ready else None,
+        revisions=[
+            {"revision": r.number, "sha256": r.sha256, "version": r.version, "created_at": r.created_at.isoformat(),
+             "uploaded_by": r.uploaded_by.username, "status": r.status}
+            for r in revisions
+        ],
+        display=display_for(toolkit, revision, language),
+        egress={"granted": toolkit.egress_granted, "hosts": toolkit.egress_hosts} if toolkit.egress_granted else None,
+    )
+    return data
+
+
+def package_out(package) -> dict:
+    return {
+        "name": package.name,
+        "status": package.status,
+        "constraint": package.constraint,
+        "requested_by": [
+            {"toolkit": r.revision.toolkit.slug, "revision": r.revision.number, "specifier": r.specifier}
+            for r in package.requests.all()
+        ],
+        "reviewed_by": package.reviewed_by.username if package.reviewed_by else None,
+        "reason": package.reason,
+    }
+
+
+def invocation_out(invocation: Invocation, *, with_events: bool = True) -> dict:
+    return {
+        "id": str(invocation.id),
+        "toolkit": invocation.toolkit.slug,
+        "revision": invocation.revision.number,
+        "tool": invocation.tool,
+        "arguments": invocation.arguments,
+        "status": invocation.status,
+        "result": invocation.result,
+        "error": invocation.error or None,
+        "events": [{"seq": e.seq, "type": e.type, "data": e.data} for e in invocation.events.all()] if with_events else [],
+        "created_at": invocation.created_at.isoformat(),
+        "started_at": _iso(invocation.started_at),
+        "finished_at": _iso(invocation.finished_at),
+        "duration_ms": invocation.duration_ms,
+        "limit": invocation.limit or None,
+        "pending_call": invocation.pending_call,
+        "egress": invocation.egress,
+    }

@@ -1,0 +1,1059 @@
+"""The host-side egress proxy: the only way out of a sandbox that was granted network egress.
+
+A sandbox keeps its own network namespace, which has nothing but a loopback interface. When an
+admin grants a toolkit egress, the worker starts one `EgressProxy` per invocation, listening on a
+UNIX socket that is bind-mounted into the sandbox; a small forwarder inside the sandbox
+(`toolhub/runtime/egress_forwarder.py`) turns it into the TCP address that `HTTP_PROXY` and
+`HTTPS_PROXY` name. Everything that leaves therefore passes through this module, which is why
+it trusts nothing the sandbox sends.
+
+What the proxy speaks:
+
+- `CONNECT host:port`: after the checks below, bytes are tunnelled as they are, so HTTPS stays
+  end-to-end between the toolkit and the server (the proxy never sees plain text or holds keys).
+- Absolute-form requests (`GET http://host/path HTTP/1.1`, and other methods with a body framed by
+  `Content-Length` or chunked encoding): one request per client connection. Hop-by-hop and
+  `Proxy-*` headers are stripped in both directions, `Host` is set from the URL and both sides
+  are told `Connection: close`.
+
+What it refuses (HTTP 403 with a body `ToolHub egress refused: <reason>`):
+
+- names outside the toolkit's allowlist (see `host_matches_allowlist` for the pattern rules);
+- names that resolve to ANY address that is not a public internet address: loopback, private,
+  carrier-grade NAT, link-local (which includes the cloud metadata address 169.254.169.254),
+  multicast, reserved, unspecified, documentation ranges, and IPv6 forms that embed such an IPv4
+  address (IPv4-mapped, NAT64, 6to4, Teredo) - see `address_refusal_reason`;
+- raw IP literals that are not public, and numeric host names in non-standard forms (`127.1`,
+  `0x7f000001`) that C resolvers would quietly read as addresses;
+- anything past the invocation's byte or connection limit.
+
+The proxy resolves each name once and connects to exactly the address it checked, so a DNS answer
+that changes between the check and the connection (DNS rebinding) cannot redirect it. The module
+uses the standard library only, so it can run in a Celery worker without Django.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import ipaddress
+import logging
+import os
+import re
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Self
+from urllib.parse import urlsplit
+
+logger = logging.getLogger(__name__)
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+Connector = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# A request head larger than this is refused; real clients send a few hundred bytes.
+MAX_HEAD_BYTES = 64 * 1024
+# A client that opens the socket and sends nothing must not hold a slot forever.
+HEAD_TIMEOUT_SECONDS = 30.0
+RESOLVE_TIMEOUT_SECONDS = 10.0
+CONNECT_TIMEOUT_SECONDS = 10.0
+# Idle client sockets are cheap but not free; a toolkit cannot open more than this at once.
+MAX_OPEN_CLIENTS = 100
+# The report goes into the database; a toolkit that retries a refused host in a loop must not be
+# able to make it grow without bound, so later entries are only counted.
+MAX_RECORDED_ATTEMPTS = 100
+_CHUNK = 64 * 1024
+
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
+_DIGITS = re.compile(r"^[0-9]+$")
+# Headers that describe one hop rather than the message. Transfer-Encoding is hop-by-hop too, but
+# bodies are relayed byte for byte, so the framing header has to travel with them.
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "host"}
+)
+
+# Ranges refused whatever the running Python's `ipaddress` thinks of them: its idea of "private"
+# and "global" changed between 3.11 patch releases, and the refusal must not depend on that.
+_BLOCKED_NETWORKS: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...] = tuple(
+    (ipaddress.ip_network(net), reason)
+    for net, reason in (
+        ("0.0.0.0/8", "an unspecified (\"this network\") address"),
+        ("10.0.0.0/8", "a private address"),
+        ("100.64.0.0/10", "a carrier-grade NAT (shared) address"),
+        ("127.0.0.0/8", "a loopback address"),
+        ("169.254.0.0/16", "a link-local address (this includes cloud metadata services)"),
+        ("172.16.0.0/12", "a private address"),
+        ("192.0.0.0/24", "an IETF protocol assignment address"),
+        ("192.0.2.0/24", "a documentation address"),
+        ("192.168.0.0/16", "a private address"),
+        ("198.18.0.0/15", "a benchmarking address"),
+        ("198.51.100.0/24", "a documentation address"),
+        ("203.0.113.0/24", "a documentation address"),
+        ("224.0.0.0/4", "a multicast address"),
+        ("240.0.0.0/4", "a reserved address"),
+        ("::/128", "an unspecified address"),
+        ("::1/128", "a loopback address"),
+        ("::/96", "an IPv4-compatible (reserved) address"),
+        ("64:ff9b:1::/48", "a local-use NAT64 address"),
+        ("100::/64", "a discard-only address"),
+        ("2001:db8::/32", "a documentation address"),
+        ("fc00::/7", "a private (unique local) address"),
+        ("fe80::/10", "a link-local address"),
+        ("fec0::/10", "a site-local address"),
+        ("ff00::/8", "a multicast address"),
+    )
+)
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+class _Refused(Exception):
+    """A request the policy does not allow; the message is shown to the toolkit author."""
+
+
+class _Failed(Exception):
+    """A request that was allowed but could not be carried out (bad gateway)."""
+
+    def __init__(self, message: str, status: int = 502) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _BadRequest(Exception):
+    """A request the proxy cannot parse or will not interpret (HTTP 400)."""
+
+
+class _ByteLimitReached(Exception):
+    pass
+
+
+class _ClientGone(Exception):
+    """The client stopped sending a request body it had announced."""
+
+
+# Host names and patterns
+
+
+def normalize_host(host: str) -> str:
+    """Lower-case a host name and drop one trailing dot (`API.Example.org.` -> `api.example.org`)."""
+    host = host.strip().lower()
+    return host.removesuffix(".")
+
+
+def _canonical(host: str) -> str:
+    """A host name normalized, or an IP address (with or without brackets) in standard form."""
+    name = normalize_host(host)
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    with contextlib.suppress(ValueError):
+        name = str(ipaddress.ip_address(name))
+    return name
+
+
+def validate_host_pattern(pattern: str) -> str:
+    """Return the normalized allowlist pattern, or raise ValueError saying what is wrong.
+
+    A pattern is a host name (`api.example.org`), a wildcard (`*.example.org`) whose `*` stands
+    for one or more whole labels, or an IP address written exactly as clients will send it.
+    """
+    if not isinstance(pattern, str):
+        raise TypeError("an allowlist entry must be a string")
+    normalized = normalize_host(pattern)
+    if normalized.startswith("[") and normalized.endswith("]"):
+        normalized = normalized[1:-1]
+    with contextlib.suppress(ValueError):
+        return str(ipaddress.ip_address(normalized))
+    base = normalized.removeprefix("*.")
+    if not base or "*" in base:
+        raise ValueError(
+            f"{pattern!r} is not a host name or a wildcard like '*.example.org' "
+            "(a '*' may only stand as the whole first label)"
+        )
+    if len(base) > 253 or not _HOST_NAME.match(base):
+        raise ValueError(f"{pattern!r} is not a valid host name")
+    if normalized.startswith("*.") and "." not in base:
+        raise ValueError(f"{pattern!r} would allow a whole top-level domain")
+    return normalized
+
+
+def host_matches_allowlist(host: str, allow_hosts: Iterable[str] | None) -> bool:
+    """Tell whether `host` is allowed by the patterns; `None` allows every (public) host.
+
+    Matching ignores case and one trailing dot. `api.example.org` matches only that name.
+    `*.example.org` matches any name below example.org at any depth (`a.example.org`,
+    `a.b.example.org`) but NOT `example.org` itself: list both when both are needed. An IP
+    literal matches only the same address listed literally.
+    """
+    if allow_hosts is None:
+        return True
+    name = _canonical(host)
+    for pattern in map(_canonical, allow_hosts):
+        if pattern.startswith("*."):
+            if name.endswith(pattern[1:]) and len(name) > len(pattern) - 1:
+                return True
+        elif name == pattern:
+            return True
+    return False
+
+
+# Addresses
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[tuple[ipaddress.IPv4Address, str]]:
+    """IPv4 addresses that an IPv6 address stands for, with the name of the mapping."""
+    found: list[tuple[ipaddress.IPv4Address, str]] = []
+    if address.ipv4_mapped is not None:
+        found.append((address.ipv4_mapped, "IPv4-mapped"))
+    if address in _NAT64:
+        found.append((ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), "NAT64"))
+    if address.sixtofour is not None:
+        found.append((address.sixtofour, "6to4"))
+    if address.teredo is not None:
+        server, client = address.teredo
+        found.append((server, "Teredo server"))
+        found.append((client, "Teredo client"))
+    return found
+
+
+def address_refusal_reason(address: str | IPAddress) -> str | None:
+    """Return why the proxy must not connect to `address`, or None for a public address.
+
+    The reason reads as the end of a sentence such as "10.0.0.5 is a private address".
+    """
+    try:
+        ip = ipaddress.ip_address(address) if isinstance(address, str) else address
+    except ValueError:
+        return "not an IP address"
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.scope_id:
+            return "a scoped (interface-bound) address"
+        for inner, mapping in _embedded_ipv4(ip):
+            inner_reason = address_refusal_reason(inner)
+            if inner_reason is not None:
+                return f"the {mapping} form of {inner}, {inner_reason}"
+        if ip.ipv4_mapped is not None or ip in _NAT64:
+            # The IPv4 checks above decided: a mapped address is dialled as IPv4, and a NAT64
+            # gateway translates to exactly the embedded address. (Python counts the NAT64
+            # prefix as reserved, which would cut off IPv6-only hosts behind DNS64.)
+            return None
+    for network, reason in _BLOCKED_NETWORKS:
+        if ip.version == network.version and ip in network:
+            return reason
+    properties = (
+        ("is_loopback", "a loopback address"),
+        ("is_link_local", "a link-local address"),
+        ("is_multicast", "a multicast address"),
+        ("is_unspecified", "an unspecified address"),
+        ("is_reserved", "a reserved address"),
+        ("is_private", "a private address"),
+        ("is_site_local", "a site-local address"),
+    )
+    for name, reason in properties:
+        if getattr(ip, name, False):
+            return reason
+    if not ip.is_global:
+        return "not a public internet address"
+    return None
+
+
+def _connect_address(ip: IPAddress) -> str:
+    """The address to dial: an IPv4-mapped IPv6 address is dialled as the IPv4 it maps."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
+# Policy and report
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    """What one invocation of a toolkit may reach; built from the toolkit's grant and settings.
+
+    `allow_hosts=None` allows every public host; a list allows only matching names (see
+    `host_matches_allowlist`). Patterns are validated and normalized here, so a bad one fails
+    when the grant is saved or the worker starts, not in the middle of a run.
+    """
+
+    allow_hosts: list[str] | None
+    max_bytes: int
+    max_connections: int
+
+    def __post_init__(self) -> None:
+        if self.allow_hosts is not None:
+            if isinstance(self.allow_hosts, str):
+                raise ValueError("allow_hosts must be a list of patterns, not one string")
+            patterns = [validate_host_pattern(p) for p in self.allow_hosts]
+            object.__setattr__(self, "allow_hosts", list(dict.fromkeys(patterns)))
+        for name in ("max_bytes", "max_connections"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+
+
+@dataclass
+class _HostRecord:
+    host: str
+    port: int
+    addresses: set[str] = field(default_factory=set)
+    connections: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+
+
+@dataclass
+class _Upstream:
+    """One connection to a server, and the record its bytes are added to."""
+
+    record: _HostRecord
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+
+
+# Parsing
+
+
+@dataclass
+class _Head:
+    method: str
+    target: str
+    version: str
+    headers: list[tuple[str, str]]
+
+
+def _split_head(raw: bytes) -> list[str]:
+    """Split a message head (ending in a blank line) into lines, refusing stray CR, LF and NUL.
+
+    A bare LF inside a value would be read as a line break by some servers, letting a client
+    add headers (or a second request) that this proxy never saw.
+    """
+    lines = raw.decode("latin-1").removesuffix("\r\n\r\n").split("\r\n")
+    if any(re.search(r"[\r\n\x00]", line) for line in lines):
+        raise _BadRequest("the message head contains a stray CR, LF or NUL")
+    return lines
+
+
+def _parse_head(raw: bytes) -> _Head:
+    lines = _split_head(raw)
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not _TOKEN.match(parts[0]):
+        raise _BadRequest("the request line is not 'METHOD target HTTP/1.1'")
+    method, target, version = parts
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        raise _BadRequest(f"unsupported HTTP version {version[:20]!r}")
+    return _Head(method, target, version, _parse_header_lines(lines[1:]))
+
+
+def _parse_header_lines(lines: list[str]) -> list[tuple[str, str]]:
+    headers: list[tuple[str, str]] = []
+    for line in lines:
+        # Folded continuation lines and names with spaces are how request smuggling starts.
+        name, sep, value = line.partition(":")
+        if not sep or not _TOKEN.match(name):
+            raise _BadRequest("a header line is malformed")
+        headers.append((name, value.strip(" \t")))
+    return headers
+
+
+def _header_values(headers: list[tuple[str, str]], name: str) -> list[str]:
+    return [value for key, value in headers if key.lower() == name]
+
+
+def _strip_hop_by_hop(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    named = {
+        token.strip().lower()
+        for value in _header_values(headers, "connection")
+        for token in value.split(",")
+    }
+    return [
+        (key, value)
+        for key, value in headers
+        if key.lower() not in _HOP_BY_HOP
+        and key.lower() not in named - {"transfer-encoding", "content-length"}
+        and not key.lower().startswith("proxy-")
+    ]
+
+
+def _parse_port(text: str) -> int:
+    if not _DIGITS.match(text) or not 0 < int(text) < 65536:
+        raise _BadRequest(f"invalid port {text[:10]!r}")
+    return int(text)
+
+
+def _split_authority(authority: str) -> tuple[str, int]:
+    """Split the `host:port` of a CONNECT request; IPv6 literals come in brackets."""
+    if authority.startswith("["):
+        end = authority.find("]")
+        if end < 0 or authority[end + 1 : end + 2] != ":":
+            raise _BadRequest("CONNECT needs 'host:port'")
+        return authority[1:end], _parse_port(authority[end + 2 :])
+    host, sep, port = authority.rpartition(":")
+    if not sep or not host or ":" in host:
+        raise _BadRequest("CONNECT needs 'host:port'")
+    return host, _parse_port(port)
+
+
+def _body_framing(headers: list[tuple[str, str]]) -> tuple[str, int]:
+    """Return ("none"|"length"|"chunked", length) for a request body, refusing ambiguity."""
+    encodings = _header_values(headers, "transfer-encoding")
+    lengths = _header_values(headers, "content-length")
+    if encodings and lengths:
+        raise _BadRequest("a request must not have both Transfer-Encoding and Content-Length")
+    if encodings:
+        codings = [c.strip().lower() for value in encodings for c in value.split(",")]
+        if codings[-1] != "chunked":
+            raise _BadRequest("a request body with Transfer-Encoding must end with 'chunked'")
+        return "chunked", 0
+    if lengths:
+        if len(set(lengths)) != 1 or not _DIGITS.match(lengths[0]):
+            raise _BadRequest("Content-Length is invalid")
+        return "length", int(lengths[0])
+    return "none", 0
+
+
+def _error_response(status: int, message: str) -> bytes:
+    """An error answer whose reason phrase is the message itself.
+
+    Clients report a refused CONNECT by its status line alone ("Tunnel connection failed: 403
+    ToolHub egress refused: ..."), so the reason has to be there and not only in the body.
+    """
+    phrase = re.sub(r"[^\x20-\x7e]", "?", message)[:300]
+    body = (message + "\n").encode("utf-8", "replace")
+    head = (
+        f"HTTP/1.1 {status} {phrase}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    return head.encode("latin-1") + body
+
+
+# Defaults for the injectable parts
+
+
+async def _system_resolver(host: str, port: int) -> list[str]:
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def _open_tcp(ip: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection(ip, port, limit=MAX_HEAD_BYTES)
+
+
+# The proxy
+
+
+class EgressProxy:
+    """A filtering HTTP proxy on a UNIX socket, for one invocation of one toolkit.
+
+    `resolver(host, port) -> list of IP strings` and `connect(ip, port) -> (reader, writer)` can
+    be replaced in tests. `test_only_loopback_targets` is the one way to let the proxy reach a
+    local test server: exact `(ip, port)` pairs on loopback that a *resolved name* may connect to
+    (raw IP literals are never exempt). It exists only on this constructor: `EgressPolicy`,
+    `run_proxy_in_thread` and therefore settings and the UI cannot set it.
+    """
+
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        socket_path: str | os.PathLike[str],
+        *,
+        resolver: Resolver | None = None,
+        connect: Connector | None = None,
+        socket_mode: int = 0o666,
+        test_only_loopback_targets: Collection[tuple[str, int]] = (),
+    ) -> None:
+        self.policy = policy
+        self.socket_path = os.fspath(socket_path)
+        self.socket_mode = socket_mode
+        self._resolve = resolver or _system_resolver
+        self._connect = connect or _open_tcp
+        self._test_targets = frozenset(
+            (str(ipaddress.ip_address(ip)), int(port)) for ip, port in test_only_loopback_targets
+        )
+        for ip, _port in self._test_targets:
+            if not ipaddress.ip_address(ip).is_loopback:
+                raise ValueError(f"test_only_loopback_targets may only name loopback, not {ip}")
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._hosts: dict[tuple[str, int], _HostRecord] = {}
+        self._refused: list[dict[str, object]] = []
+        self._failed: list[dict[str, object]] = []
+        self._dropped = 0
+        self._connections = 0
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._limits_reached: list[str] = []
+
+    # Life cycle
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(
+            self._serve_client, path=self.socket_path, limit=MAX_HEAD_BYTES
+        )
+        # The sandbox runs as another user and must be able to connect; keep the socket in a
+        # per-run directory that only lets that user traverse it (see the module docstring).
+        os.chmod(self.socket_path, self.socket_mode)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+
+    def report(self) -> dict[str, object]:
+        """What this invocation did, as JSON-ready data for the run record."""
+        hosts = [
+            {
+                "host": r.host,
+                "port": r.port,
+                "addresses": sorted(r.addresses),
+                "connections": r.connections,
+                "bytes_in": r.bytes_in,
+                "bytes_out": r.bytes_out,
+            }
+            for r in self._hosts.values()
+        ]
+        return {
+            "hosts": hosts,
+            "refused": copy.deepcopy(self._refused),
+            "failed": copy.deepcopy(self._failed),
+            "dropped_records": self._dropped,
+            "connections": self._connections,
+            "bytes_in": self._bytes_in,
+            "bytes_out": self._bytes_out,
+            "limits_reached": list(self._limits_reached),
+        }
+
+    # Recording
+
+    def _record_attempt(self, kind: list[dict[str, object]], host: str, port: int, why: str) -> None:
+        if len(self._refused) + len(self._failed) >= MAX_RECORDED_ATTEMPTS:
+            self._dropped += 1
+            return
+        kind.append({"host": host, "port": port, "reason": why})
+
+    def _limit_reached(self, name: str) -> None:
+        if name not in self._limits_reached:
+            self._limits_reached.append(name)
+
+    def _charge(self, upstream: _Upstream, direction: str, size: int) -> None:
+        """Count bytes against the invocation's budget before they are passed on."""
+        if self._bytes_in + self._bytes_out + size > self.policy.max_bytes:
+            self._limit_reached("bytes")
+            raise _ByteLimitReached
+        if direction == "in":
+            self._bytes_in += size
+            upstream.record.bytes_in += size
+        else:
+            self._bytes_out += size
+            upstream.record.bytes_out += size
+
+    def _byte_limit_message(self) -> str:
+        return f"byte limit reached ({self.policy.max_bytes} bytes per invocation)"
+
+    # Checks
+
+    def _check_name(self, host: str) -> str:
+        """Refuse hosts the allowlist does not cover; return the name to resolve."""
+        name = normalize_host(host)
+        if name.startswith("[") and name.endswith("]"):
+            name = name[1:-1]
+        if not host_matches_allowlist(name, self.policy.allow_hosts):
+            allowed = ", ".join(self.policy.allow_hosts or [])
+            raise _Refused(f"{name} is not in this toolkit's allowlist ({allowed})")
+        return name
+
+    async def _checked_addresses(self, name: str, port: int) -> list[str]:
+        """Resolve once and return the addresses to dial, refusing if any of them is not public."""
+        with contextlib.suppress(ValueError):
+            literal = ipaddress.ip_address(name)
+            reason = address_refusal_reason(literal)
+            if reason is not None:
+                raise _Refused(f"{literal} is {reason}; ToolHub only connects to public addresses")
+            return [_connect_address(literal)]
+        if len(name) > 253 or not _HOST_NAME.match(name):
+            raise _Refused(f"{name[:80]!r} is not a valid host name")
+        if _DIGITS.match(name.rsplit(".", 1)[-1]) or _inet_aton_accepts(name):
+            raise _Refused(f"{name} looks like an IP address written in a non-standard form")
+        try:
+            found = await asyncio.wait_for(self._resolve(name, port), RESOLVE_TIMEOUT_SECONDS)
+        except (TimeoutError, OSError) as exc:
+            raise _Failed(f"could not resolve {name}: {exc or 'timed out'}") from exc
+        if not found:
+            raise _Failed(f"could not resolve {name}: no addresses")
+        addresses: list[str] = []
+        for text in found:
+            try:
+                ip = ipaddress.ip_address(text)
+            except ValueError:
+                raise _Refused(f"{name} resolves to something that is not an address") from None
+            reason = address_refusal_reason(ip)
+            if reason is not None and (str(ip), port) not in self._test_targets:
+                raise _Refused(
+                    f"{name} resolves to {ip}, which is {reason}; "
+                    "ToolHub only connects to public addresses"
+                )
+            addresses.append(_connect_address(ip))
+        return list(dict.fromkeys(addresses))
+
+    async def _open_upstream(self, host: str, port: int) -> _Upstream:
+        """Apply every check, then connect to one of the addresses that were checked."""
+        # Once a transfer was cut at the limit, the invocation gets no new connections, even
+        # if a few bytes of the budget are left.
+        if "bytes" in self._limits_reached or self._bytes_in + self._bytes_out >= self.policy.max_bytes:
+            self._limit_reached("bytes")
+            raise _Refused(self._byte_limit_message())
+        if self._connections >= self.policy.max_connections:
+            self._limit_reached("connections")
+            raise _Refused(
+                f"connection limit reached ({self.policy.max_connections} per invocation)"
+            )
+        name = self._check_name(host)
+        addresses = await self._checked_addresses(name, port)
+        self._connections += 1
+        errors: list[str] = []
+        for ip in addresses:
+            try:
+                reader, writer = await asyncio.wait_for(
+                    self._connect(ip, port), CONNECT_TIMEOUT_SECONDS
+                )
+            except TimeoutError:
+                errors.append(f"{ip}: timed out")
+                continue
+            except OSError as exc:
+                errors.append(f"{ip}: {exc.strerror or exc}")
+                continue
+            record = self._hosts.get((name, port))
+            if record is None:
+                record = self._hosts[(name, port)] = _HostRecord(host=name, port=port)
+            record.addresses.add(ip)
+            record.connections += 1
+            return _Upstream(record, reader, writer)
+        status = 504 if all(e.endswith("timed out") for e in errors) else 502
+        raise _Failed(f"could not connect to {name}:{port} ({'; '.join(errors)})", status)
+
+    # Serving
+
+    async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)  # type: ignore[arg-type]
+        try:
+            if len(self._tasks) > MAX_OPEN_CLIENTS:
+                writer.write(
+                    _error_response(
+                        503,
+                        f"ToolHub egress refused: more than {MAX_OPEN_CLIENTS} open connections",
+                    )
+                )
+                await writer.drain()
+                return
+            await self._serve_request(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except Exception:
+            logger.exception("egress proxy: unexpected error")
+        finally:
+            self._tasks.discard(task)  # type: ignore[arg-type]
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_SECONDS)
+        except asyncio.LimitOverrunError:
+            writer.write(_error_response(431, "ToolHub egress: the request head is too large"))
+            return
+        except (TimeoutError, asyncio.IncompleteReadError):
+            return
+        host, port = "", 0
+        try:
+            head = _parse_head(raw)
+            if head.method == "CONNECT":
+                host, port = _split_authority(head.target)
+                await self._tunnel(host, port, reader, writer)
+            else:
+                host, port, request = self._forwardable_request(head)
+                await self._forward(host, port, head, request, reader, writer)
+        except _BadRequest as exc:
+            writer.write(_error_response(400, f"ToolHub egress: {exc}"))
+        except _Refused as exc:
+            self._record_attempt(self._refused, host, port, str(exc))
+            writer.write(_error_response(403, f"ToolHub egress refused: {exc}"))
+        except _Failed as exc:
+            self._record_attempt(self._failed, host, port, str(exc))
+            writer.write(_error_response(exc.status, f"ToolHub egress failed: {exc}"))
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+
+    async def _tunnel(
+        self, host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        upstream = await self._open_upstream(host, port)
+        try:
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            await self._relay(reader, writer, upstream)
+        finally:
+            upstream.writer.close()
+
+    async def _relay(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        upstream: _Upstream,
+    ) -> None:
+        """Pipe bytes both ways until the server is done or the byte budget runs out.
+
+        The client may half-close first (its EOF is passed on and the answer still flows back);
+        once the server has finished, the tunnel is closed.
+        """
+        outgoing = asyncio.ensure_future(self._pipe(reader, upstream.writer, upstream, "out"))
+        incoming = asyncio.ensure_future(self._pipe(upstream.reader, writer, upstream, "in"))
+        try:
+            await _until_done(incoming, outgoing)
+        except _ByteLimitReached:
+            self._record_attempt(
+                self._refused,
+                upstream.record.host,
+                upstream.record.port,
+                self._byte_limit_message() + "; the connection was closed",
+            )
+        except OSError:
+            pass
+        finally:
+            await _cancel(outgoing, incoming)
+
+    async def _pipe(
+        self,
+        source: asyncio.StreamReader,
+        sink: asyncio.StreamWriter,
+        upstream: _Upstream,
+        direction: str,
+    ) -> None:
+        while chunk := await source.read(_CHUNK):
+            self._charge(upstream, direction, len(chunk))
+            sink.write(chunk)
+            await sink.drain()
+        # Pass the end of one direction on, so request-then-read protocols still finish.
+        if sink.can_write_eof():
+            with contextlib.suppress(OSError):
+                sink.write_eof()
+
+    def _forwardable_request(self, head: _Head) -> tuple[str, int, bytes]:
+        """Check an absolute-form request and build the head that is sent to the server."""
+        if not head.target.lower().startswith("http://"):
+            if head.target.lower().startswith("https://"):
+                raise _BadRequest("https:// URLs go through CONNECT (set HTTPS_PROXY)")
+            raise _BadRequest("this is a proxy: send absolute-form 'http://host/path' or CONNECT")
+        try:
+            url = urlsplit(head.target)
+            port = url.port or 80
+        except ValueError as exc:
+            raise _BadRequest(f"invalid URL: {exc}") from None
+        host = url.hostname or ""
+        if not host or url.username is not None or url.password is not None or "@" in url.netloc:
+            raise _BadRequest("the URL needs a host and must not carry credentials")
+        path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        authority = f"[{host}]" if ":" in host else host
+        if port != 80:
+            authority += f":{port}"
+        lines = [f"{head.method} {path} {head.version}", f"Host: {authority}"]
+        lines += [f"{key}: {value}" for key, value in _strip_hop_by_hop(head.headers)]
+        lines.append("Connection: close")
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return host, port, request
+
+    async def _forward(
+        self,
+        host: str,
+        port: int,
+        head: _Head,
+        request: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        framing, length = _body_framing(head.headers)
+        upstream = await self._open_upstream(host, port)
+        progress = _Progress(method=head.method)
+        body: asyncio.Future[None] | None = None
+        response: asyncio.Future[None] | None = None
+        try:
+            self._charge(upstream, "out", len(request))
+            upstream.writer.write(request)
+            await upstream.writer.drain()
+            # The body and the response run side by side: a server may answer early (413) or
+            # send "100 Continue" before the client sends the body.
+            body = asyncio.ensure_future(self._send_body(reader, upstream, framing, length))
+            response = asyncio.ensure_future(self._relay_response(writer, upstream, progress))
+            await _until_done(response, body)
+        except _ByteLimitReached:
+            if not progress.sent_head:
+                raise _Refused(self._byte_limit_message()) from None
+            self._record_attempt(
+                self._refused,
+                upstream.record.host,
+                upstream.record.port,
+                self._byte_limit_message() + "; the response was cut off",
+            )
+        except _ClientGone:
+            pass
+        except (OSError, _BadRequest, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            if not progress.sent_head:
+                raise _Failed(
+                    f"{upstream.record.host}:{port} did not send a valid HTTP response"
+                ) from None
+        finally:
+            await _cancel(body, response)
+            upstream.writer.close()
+
+    async def _send_body(
+        self, reader: asyncio.StreamReader, upstream: _Upstream, framing: str, length: int
+    ) -> None:
+        """Forward exactly the request body, so bytes after it never reach this server."""
+
+        async def send(data: bytes) -> None:
+            self._charge(upstream, "out", len(data))
+            upstream.writer.write(data)
+            await upstream.writer.drain()
+
+        try:
+            await _copy_body(reader, send, framing, length)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            raise _ClientGone from None
+
+    async def _relay_response(
+        self, writer: asyncio.StreamWriter, upstream: _Upstream, progress: _Progress
+    ) -> None:
+        """Send the response on with its hop-by-hop headers replaced by `Connection: close`.
+
+        The body is relayed by its own framing rather than until the server closes, because a
+        server may keep the connection open although it was asked to close it.
+        """
+
+        async def send(data: bytes) -> None:
+            self._charge(upstream, "in", len(data))
+            writer.write(data)
+            await writer.drain()
+
+        while True:
+            raw = await upstream.reader.readuntil(b"\r\n\r\n")
+            lines = _split_head(raw)
+            status = lines[0].split(" ", 2)
+            if (
+                len(status) < 2
+                or status[0] not in ("HTTP/1.0", "HTTP/1.1")
+                or not re.fullmatch(r"[1-5][0-9][0-9]", status[1])
+            ):
+                raise ConnectionError("not an HTTP/1 response")
+            received = _parse_header_lines(lines[1:])
+            headers = _strip_hop_by_hop(received)
+            # Interim answers (100 Continue, 103 Early Hints) are passed on before the real one.
+            interim = status[1].startswith("1") and status[1] != "101"
+            out = [lines[0]] + [f"{k}: {v}" for k, v in headers]
+            if interim:
+                await send(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
+                continue
+            if progress.method == "HEAD" or status[1] in ("204", "304"):
+                framing, length = "none", 0
+            else:
+                framing, length = _response_framing(received)
+            out.append("Connection: close")
+            await send(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
+            progress.sent_head = True
+            break
+        if framing == "eof":
+            while chunk := await upstream.reader.read(_CHUNK):
+                await send(chunk)
+        else:
+            await _copy_body(upstream.reader, send, framing, length)
+
+
+async def _copy_body(
+    reader: asyncio.StreamReader,
+    send: Callable[[bytes], Awaitable[None]],
+    framing: str,
+    length: int,
+) -> None:
+    """Copy one message body as it is framed (bytes unchanged), stopping right after it."""
+    if framing == "length":
+        while length > 0:
+            chunk = await reader.read(min(length, _CHUNK))
+            if not chunk:
+                raise asyncio.IncompleteReadError(b"", length)
+            length -= len(chunk)
+            await send(chunk)
+    elif framing == "chunked":
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            size_text = size_line.split(b";", 1)[0].strip()
+            if not re.fullmatch(rb"[0-9a-fA-F]{1,16}", size_text):
+                raise ConnectionError("invalid chunk size")
+            await send(size_line)
+            size = int(size_text, 16)
+            if size == 0:
+                # Trailer fields, then the empty line that ends the message.
+                while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+                    await send(line)
+                await send(b"\r\n")
+                return
+            remaining = size + 2
+            while remaining > 0:
+                data = await reader.readexactly(min(remaining, _CHUNK))
+                remaining -= len(data)
+                await send(data)
+
+
+def _response_framing(headers: list[tuple[str, str]]) -> tuple[str, int]:
+    """Return ("chunked"|"length"|"eof", length) for a response body (RFC 9112, 6.3)."""
+    encodings = _header_values(headers, "transfer-encoding")
+    lengths = _header_values(headers, "content-length")
+    if encodings and lengths:
+        raise ConnectionError("the response has both Transfer-Encoding and Content-Length")
+    if encodings:
+        codings = [c.strip().lower() for value in encodings for c in value.split(",")]
+        return ("chunked", 0) if codings[-1] == "chunked" else ("eof", 0)
+    if lengths:
+        if len(set(lengths)) != 1 or not _DIGITS.match(lengths[0]):
+            raise ConnectionError("the response has an invalid Content-Length")
+        return "length", int(lengths[0])
+    return "eof", 0
+
+
+@dataclass
+class _Progress:
+    method: str
+    sent_head: bool = False
+
+
+async def _until_done(main: asyncio.Future[None], helper: asyncio.Future[None]) -> None:
+    """Wait for `main`; raise at once if either future fails (the helper may finish first)."""
+    pending: set[asyncio.Future[None]] = {main, helper}
+    while main in pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for future in done:
+            if not future.cancelled() and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
+
+
+async def _cancel(*futures: asyncio.Future[None] | None) -> None:
+    running = [f for f in futures if f is not None]
+    for future in running:
+        future.cancel()
+    await asyncio.gather(*running, return_exceptions=True)
+
+
+def _inet_aton_accepts(name: str) -> bool:
+    """True for names like `0x7f000001` that the C library would read as an IPv4 address."""
+    try:
+        socket.inet_aton(name)
+    except OSError:
+        return False
+    return True
+
+
+# Running a proxy from synchronous code (a Celery worker)
+
+
+class ProxyHandle:
+    """A proxy running on its own event loop in a background thread."""
+
+    def __init__(self, proxy: EgressProxy) -> None:
+        self.proxy = proxy
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="toolhub-egress", daemon=True)
+
+    @property
+    def socket_path(self) -> str:
+        return self.proxy.socket_path
+
+    def _run(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        try:
+            await self.proxy.start()
+        # Whatever failed is handed to the thread that called start(), which raises it.
+        except Exception as exc:  # noqa: BLE001
+            self._error = exc
+            return
+        finally:
+            self._started.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            await self.proxy.stop()
+
+    def start(self) -> ProxyHandle:
+        self._thread.start()
+        self._started.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+        return self
+
+    def stop(self, timeout: float = 10.0) -> dict[str, object]:
+        """Stop listening, close every connection, and return the final report."""
+        if self._thread.is_alive() and self._loop is not None and self._stopping is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._stopping.set)
+            self._thread.join(timeout)
+        return self.proxy.report()
+
+    def report(self) -> dict[str, object]:
+        """The report so far; safe to call while the proxy runs."""
+        if self._thread.is_alive() and self._loop is not None:
+
+            async def snapshot() -> dict[str, object]:
+                return self.proxy.report()
+
+            with contextlib.suppress(RuntimeError):
+                return asyncio.run_coroutine_threadsafe(snapshot(), self._loop).result(10)
+        return self.proxy.report()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def start_proxy_thread(proxy: EgressProxy) -> ProxyHandle:
+    """Run an already configured proxy in a background thread (tests use this one)."""
+    return ProxyHandle(proxy).start()
+
+
+def run_proxy_in_thread(policy: EgressPolicy, socket_path: str | os.PathLike[str]) -> ProxyHandle:
+    """Start the egress proxy for one invocation; call `.stop()` afterwards to get the report."""
+    return start_proxy_thread(EgressProxy(policy, socket_path))
+
+
+__all__ = [
+    "EgressPolicy",
+    "EgressProxy",
+    "ProxyHandle",
+    "address_refusal_reason",
+    "host_matches_allowlist",
+    "normalize_host",
+    "run_proxy_in_thread",
+    "start_proxy_thread",
+    "validate_host_pattern",
+]

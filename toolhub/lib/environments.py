@@ -1,0 +1,987 @@
+"""Locks and per-lock virtualenvs for toolkits, without Django.
+
+A toolkit's requirements become a lock, and a lock becomes an isolated virtualenv that the
+sandbox runs the toolkit in. Every setting arrives as an argument, so the Django models and
+Celery tasks decide where settings come from and this module only does the work.
+
+The API
+-------
+`compile_lock(requirements=, constraints=, index=, log=, timeouts=, workdir=, ...) -> str`
+    Runs `pip-compile --generate-hashes` (the one installed next to `sys.executable`) over the
+    requirements plus `BASE_REQUIREMENTS`, with the approved constraints as a `-c` file, and
+    returns the lock text. The lock names no index, find-links or paths, so it means the same
+    thing on every host.
+`lock_package_names(lock) -> list[str]`
+    The PEP 503 names pinned in a lock (for the "transitive packages need approval" setting).
+`environment_key(lock=, interpreter=) -> str`
+    sha256 over a format tag, the interpreter's `sys.version` and the lock.
+`ensure_environment(lock=, root=, interpreter=, index=, log=, timeouts=, ...) -> Path`
+    Returns `root/<key>`, building it first when it is missing. A build happens in
+    `root/.tmp-<key>-<random>`: `uv venv --relocatable`, `uv pip install --require-hashes`,
+    `compileall`, permissions opened to 0755/0644 for the sandbox user, the marker file
+    (`MARKER_NAME`) written last, then one `rename` into place. A directory without the marker
+    is never returned and is deleted by the next build of its key. One build per key at a time:
+    an `flock` on `root/.locks/<key>.lock`; the others wait and then reuse its result.
+`environment_python(path) -> Path`, `list_environments(root) -> list[EnvInfo]`,
+`remove_environment(root, key) -> bool`, `remove_partial_builds(root) -> list[str]`
+    For the worker and the management command that lists and prunes environments.
+
+Every failure the lead has to show a user is a `BuildFailed` whose `reason` is one line
+("No matching distribution for nonexistent-pkg", "no output for 300 s", "index unreachable:
+127.0.0.1:9 (Connection refused)", "constraint humanize<3 contradicts requirement humanize>=4");
+the full output went to `log` line by line as it arrived.
+
+Subprocesses get an allowlisted environment: a fixed PATH, HOME and TMPDIR in a throwaway
+directory, a UTF-8 locale, proxy variables if the worker has them, and the PIP_/UV_ settings
+set here. Ambient pip and uv configuration files are ignored (`PIP_CONFIG_FILE=/dev/null`,
+`UV_NO_CONFIG=1`) so that a build depends on its arguments only. Nothing else is inherited:
+package builds run arbitrary code, and the worker's SECRET_KEY or broker URL is not theirs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import selectors
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+__all__ = [
+    "BASE_REQUIREMENTS",
+    "DEFAULT_INTERPRETER",
+    "MARKER_NAME",
+    "BuildFailed",
+    "EnvInfo",
+    "IndexSettings",
+    "Timeouts",
+    "compile_lock",
+    "ensure_environment",
+    "environment_key",
+    "environment_python",
+    "interpreter_version",
+    "list_environments",
+    "lock_package_names",
+    "remove_environment",
+    "remove_partial_builds",
+]
+
+# What the sandbox runtime itself imports; every lock includes it.
+BASE_REQUIREMENTS: tuple[str, ...] = ("pydantic>=2,<3",)
+
+# Debian's interpreter: the sandbox user can read it, unlike a pyenv build under /root.
+DEFAULT_INTERPRETER = "/usr/bin/python3.11"
+
+# Written last into a finished environment; its absence means "never use this directory".
+MARKER_NAME = "toolhub-environment.json"
+LOCK_COPY_NAME = "toolhub-lock.txt"
+
+# Part of every key. Change it when the way environments are built changes, so that hosts
+# build fresh environments instead of reusing ones made the old way.
+_KEY_FORMAT = "toolhub-environment-v1"
+_KEY_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """Where packages come from; passed identically to pip-compile and uv."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    # Directories or URLs of wheelhouses (offline installs).
+    find_links: tuple[str, ...] = ()
+    no_index: bool = False
+    # Refuse source distributions, so no package's build code ever runs on the worker.
+    only_binary: bool = False
+    # A CA bundle for a private index with its own certificate authority.
+    cert: str | None = None
+
+    def pip_args(self) -> list[str]:
+        args: list[str] = []
+        if self.index_url:
+            args += ["--index-url", self.index_url]
+        for url in self.extra_index_urls:
+            args += ["--extra-index-url", url]
+        for link in self.find_links:
+            args += ["--find-links", link]
+        if self.no_index:
+            args.append("--no-index")
+        if self.cert:
+            args += ["--cert", self.cert]
+        if self.only_binary:
+            args += ["--pip-args", "--only-binary=:all:"]
+        return args
+
+    def uv_args(self) -> list[str]:
+        args: list[str] = []
+        if self.index_url:
+            args += ["--default-index", self.index_url]
+        for url in self.extra_index_urls:
+            args += ["--index", url]
+        for link in self.find_links:
+            args += ["--find-links", link]
+        if self.no_index:
+            args.append("--no-index")
+        if self.only_binary:
+            args.append("--no-build")
+        # pip-compile picked the versions by looking at every index at once; uv's default
+        # (stop at the first index that knows a name) could miss a locked file. The hashes
+        # in the lock still decide which files are acceptable.
+        args += ["--index-strategy", "unsafe-best-match"]
+        return args
+
+    def env(self) -> dict[str, str]:
+        # uv has no --cert option; it reads the bundle from the environment.
+        return {"SSL_CERT_FILE": self.cert} if self.cert else {}
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Limits for one compile_lock or ensure_environment call."""
+
+    total_seconds: float = 900
+    # A step that prints nothing for this long is considered stuck.
+    silence_seconds: float = 300
+    # Per network request, and how often pip and uv retry one.
+    network_seconds: float = 30
+    network_retries: int = 2
+
+
+class BuildFailed(Exception):
+    """A lock or an environment could not be made; `reason` is one line for the user."""
+
+    def __init__(self, reason: str) -> None:
+        reason = " ".join(reason.split())
+        if len(reason) > 300:
+            reason = reason[:299] + "…"
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    key: str
+    path: Path
+    interpreter: str
+    python_version: str
+    created_at: datetime
+    # The marker's mtime, which every ensure_environment call on this host refreshes.
+    last_used_at: datetime
+    size_bytes: int
+
+
+# --------------------------------------------------------------------------------------------
+# Locks
+
+
+def compile_lock(
+    *,
+    requirements: Sequence[str],
+    constraints: Sequence[str],
+    index: IndexSettings,
+    log: Log,
+    timeouts: Timeouts,
+    workdir: Path,
+    base_requirements: Sequence[str] = BASE_REQUIREMENTS,
+    cache_dir: Path | None = None,
+) -> str:
+    """Resolve requirements (plus the runtime's base requirements) into a hashed lock.
+
+    `workdir` receives requirements.in, constraints.txt and the output; `cache_dir` (pip's and
+    pip-tools' caches) defaults to a directory inside it, i.e. no cache shared between calls.
+    """
+    deadline = time.monotonic() + timeouts.total_seconds
+    wanted = _clean_requirements([*requirements, *base_requirements], kind="requirement")
+    limits = _clean_requirements(constraints, kind="constraint")
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    home = workdir / "home"
+    home.mkdir(exist_ok=True)
+    cache = cache_dir or workdir / "cache"
+    (workdir / "requirements.in").write_text("".join(f"{line}\n" for line in wanted))
+    output = workdir / "requirements.txt"
+    output.unlink(missing_ok=True)
+
+    argv = [
+        str(_tool("pip-compile")),
+        "--generate-hashes",
+        # Lock pip and setuptools too when something needs them: hash-checking installs
+        # refuse a requirement that has no pinned, hashed line.
+        "--allow-unsafe",
+        "--strip-extras",
+        # No header (it would repeat the command line with this call's temporary paths) and
+        # no index options: the lock has to be the same text on every host, whatever its
+        # index settings, because its hash names the environment.
+        "--no-header",
+        "--no-emit-options",
+        "--no-config",
+        *index.pip_args(),
+        "--output-file",
+        output.name,
+    ]
+    if limits:
+        (workdir / "constraints.txt").write_text("".join(f"{line}\n" for line in limits))
+        argv += ["--constraint", "constraints.txt"]
+    argv.append("requirements.in")
+
+    env = _subprocess_env(home=home, timeouts=timeouts, extra=index.env())
+    env |= {"PIP_CACHE_DIR": str(cache / "pip"), "PIP_TOOLS_CACHE_DIR": str(cache / "pip-tools")}
+    result = _run(
+        argv,
+        env=env,
+        cwd=workdir,
+        log=log,
+        deadline=deadline,
+        timeouts=timeouts,
+        stage="lock",
+    )
+    if result.returncode != 0 or not output.is_file():
+        raise BuildFailed(
+            _explain(
+                "pip-compile",
+                result,
+                requirements=wanted,
+                constraints=limits,
+                index=index,
+            )
+        )
+    return output.read_text()
+
+
+def lock_package_names(lock: str) -> list[str]:
+    """The canonical names of the packages a lock pins, sorted."""
+    names: set[str] = set()
+    for line in lock.splitlines():
+        if not line or line[0] in " \t#-":
+            continue
+        text = line.rstrip().removesuffix("\\").strip()
+        with contextlib.suppress(InvalidRequirement):
+            names.add(canonicalize_name(Requirement(text).name))
+    return sorted(names)
+
+
+def _clean_requirements(items: Sequence[str], *, kind: str) -> list[str]:
+    """Parse requirement strings strictly; return them normalised, deduplicated and sorted.
+
+    Each one becomes a line of a pip requirements file, so a line break or a leading dash
+    would let a toolkit smuggle in pip options such as another index. Direct URLs are
+    refused too: approvals are for names served by the configured indexes.
+    """
+    cleaned: set[str] = set()
+    for item in items:
+        text = item.strip()
+        if not text or text.startswith("-") or any(c in text for c in "\r\n\\"):
+            raise BuildFailed(f"invalid {kind} {item!r}")
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement as exc:
+            raise BuildFailed(f"invalid {kind} {text!r}: {exc}") from None
+        if requirement.url:
+            raise BuildFailed(f"{kind} {text!r} names a URL; only index packages are allowed")
+        if kind == "constraint" and requirement.extras:
+            raise BuildFailed(f"constraint {text!r} has extras, which constraints cannot have")
+        cleaned.add(str(requirement))
+    return sorted(cleaned)
+
+
+# --------------------------------------------------------------------------------------------
+# Environments
+
+
+def interpreter_version(interpreter: str) -> str:
+    """`sys.version` of the interpreter, asked once per interpreter binary."""
+    real = Path(interpreter).resolve()
+    try:
+        info = real.stat()
+    except OSError as exc:
+        raise BuildFailed(f"interpreter {interpreter} not found: {exc.strerror}") from None
+    # An upgraded interpreter is a new file, so the cache never answers for the old one.
+    cache_key = (str(real), info.st_ino, info.st_mtime_ns, info.st_size)
+    version = _interpreter_versions.get(cache_key)
+    if version is None:
+        try:
+            done = subprocess.run(
+                [interpreter, "-I", "-S", "-c", "import sys; print(sys.version)"],
+                env=_base_env(Path("/")),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BuildFailed(f"interpreter {interpreter} does not run: {exc}") from None
+        version = done.stdout.strip()
+        _interpreter_versions[cache_key] = version
+    return version
+
+
+_interpreter_versions: dict[tuple[str, int, int, int], str] = {}
+
+
+def environment_key(*, lock: str, interpreter: str) -> str:
+    digest = hashlib.sha256()
+    digest.update(f"{_KEY_FORMAT}\n{interpreter_version(interpreter)}\n".encode())
+    digest.update(_normalise_lock(lock).encode())
+    return digest.hexdigest()
+
+
+def environment_python(path: Path) -> Path:
+    return path / "bin" / "python"
+
+
+def ensure_environment(
+    *,
+    lock: str,
+    root: Path,
+    interpreter: str,
+    index: IndexSettings,
+    log: Log,
+    timeouts: Timeouts,
+    cache_dir: Path | None = None,
+) -> Path:
+    """Return the finished environment for this lock, building it on this host if needed.
+
+    `cache_dir` is uv's cache; it defaults to `root/.cache` so rebuilds on one host reuse
+    downloads. Waiting for another process's build of the same key is bounded by
+    `timeouts.total_seconds` plus a minute; the build itself has its own full budget.
+    """
+    _check_readable_by_others(interpreter)
+    key = environment_key(lock=lock, interpreter=interpreter)
+    final = root / key
+    if _is_complete(final, key):
+        _mark_used(final)
+        log(f"environment {key} is ready; reusing it")
+        return final
+
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)
+    (root / ".locks").mkdir(exist_ok=True)
+    with _key_lock(root, key, wait_seconds=timeouts.total_seconds + 60, log=log):
+        if _is_complete(final, key):
+            _mark_used(final)
+            log(f"environment {key} was built meanwhile; reusing it")
+            return final
+        _discard_unfinished(root, key, log)
+        return _build(
+            lock=_normalise_lock(lock),
+            key=key,
+            root=root,
+            interpreter=interpreter,
+            index=index,
+            log=log,
+            timeouts=timeouts,
+            cache_dir=cache_dir or root / ".cache",
+        )
+
+
+def _build(
+    *,
+    lock: str,
+    key: str,
+    root: Path,
+    interpreter: str,
+    index: IndexSettings,
+    log: Log,
+    timeouts: Timeouts,
+    cache_dir: Path,
+) -> Path:
+    deadline = time.monotonic() + timeouts.total_seconds
+    final = root / key
+    partial = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=root))
+    log(f"building environment {key} in {partial.name}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="toolhub-build-") as scratch:
+            lock_file = Path(scratch) / "requirements.txt"
+            lock_file.write_text(lock)
+            env = _subprocess_env(home=Path(scratch), timeouts=timeouts, extra=index.env())
+            env["UV_CACHE_DIR"] = str(cache_dir)
+
+            def step(argv: list[str], tool: str) -> None:
+                result = _run(
+                    argv,
+                    env=env,
+                    cwd=Path(scratch),
+                    log=log,
+                    deadline=deadline,
+                    timeouts=timeouts,
+                    stage="build",
+                )
+                if result.returncode != 0:
+                    raise BuildFailed(_explain(tool, result, index=index))
+
+            uv = str(_tool("uv"))
+            # Relocatable: scripts and activation files must not remember the temporary path.
+            step(
+                [uv, "venv", "--no-project", "--relocatable", "--python", interpreter,
+                 str(partial)],
+                "uv venv",
+            )
+            python = str(environment_python(partial))
+            step(
+                [uv, "pip", "install", "--python", python, "--require-hashes",
+                 *index.uv_args(), "--requirements", str(lock_file)],
+                "uv pip install",
+            )
+            # The sandbox runs with PYTHONDONTWRITEBYTECODE on a read-only mount, so compile
+            # now or pay for it on every start. -s/-p record the final path in the .pyc files.
+            step(
+                [python, "-I", "-m", "compileall", "-q", "-j", "0",
+                 "-s", str(partial), "-p", str(final), str(partial / "lib")],
+                "compileall",
+            )
+        (partial / LOCK_COPY_NAME).write_text(lock)
+        _open_permissions(partial)
+        _write_marker(partial, key=key, interpreter=interpreter)
+        os.rename(partial, final)
+        _fsync_directory(root)
+    except BaseException:
+        # Whatever stopped the build (a failure, a timeout, Celery's soft time limit), the
+        # half-built directory goes now rather than waiting for the next attempt.
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    log(f"environment {key} is ready")
+    return final
+
+
+def list_environments(root: Path) -> list[EnvInfo]:
+    """The finished environments under root, oldest first."""
+    found: list[EnvInfo] = []
+    if not root.is_dir():
+        return found
+    for child in root.iterdir():
+        if not _KEY_PATTERN.fullmatch(child.name) or child.is_symlink():
+            continue
+        marker = child / MARKER_NAME
+        try:
+            data = json.loads(marker.read_text())
+            used = marker.stat().st_mtime
+        except (OSError, ValueError):
+            continue
+        found.append(
+            EnvInfo(
+                key=child.name,
+                path=child,
+                interpreter=data["interpreter"],
+                python_version=data["python_version"],
+                created_at=datetime.fromisoformat(data["created_at"]),
+                last_used_at=datetime.fromtimestamp(used, UTC),
+                size_bytes=_tree_size(child),
+            )
+        )
+    return sorted(found, key=lambda info: info.created_at)
+
+
+def remove_environment(root: Path, key: str) -> bool:
+    """Delete one environment (and any unfinished build of it); True if it existed.
+
+    Waits for a running build of the same key. The directory is first renamed out of the
+    way, so no reader ever sees a half-deleted environment that still has its marker.
+    """
+    if not _KEY_PATTERN.fullmatch(key):
+        raise ValueError(f"not an environment key: {key!r}")
+    final = root / key
+    if not final.exists() and not any(root.glob(f".tmp-{key}-*")):
+        return False
+    existed = final.is_dir()
+    with _key_lock(root, key, wait_seconds=3600, log=lambda line: None):
+        _discard_unfinished(root, key, lambda line: None)
+        if final.is_dir():
+            _discard(final)
+    return existed
+
+
+def remove_partial_builds(root: Path) -> list[str]:
+    """Delete leftovers of killed builds whose key nobody is building now; return their names."""
+    removed: list[str] = []
+    if not root.is_dir():
+        return removed
+    for child in sorted(root.iterdir()):
+        if child.name.startswith(".trash-"):
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child.name)
+            continue
+        match = re.fullmatch(r"\.tmp-([0-9a-f]{64})-.*", child.name)
+        if not match:
+            continue
+        with _try_key_lock(root, match.group(1)) as locked:
+            if locked:
+                shutil.rmtree(child, ignore_errors=True)
+                removed.append(child.name)
+    return removed
+
+
+def _normalise_lock(lock: str) -> str:
+    # Databases and forms like to turn "\n" into "\r\n" or drop the final newline; neither
+    # should name a different environment.
+    return "\n".join(line.rstrip() for line in lock.strip().splitlines()) + "\n"
+
+
+def _is_complete(path: Path, key: str) -> bool:
+    try:
+        return json.loads((path / MARKER_NAME).read_text()).get("key") == key
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _mark_used(path: Path) -> None:
+    # Best effort: the data directory may be mounted read-only on some hosts.
+    with contextlib.suppress(OSError):
+        os.utime(path / MARKER_NAME)
+
+
+def _write_marker(path: Path, *, key: str, interpreter: str) -> None:
+    data = {
+        "key": key,
+        "interpreter": interpreter,
+        "python_version": interpreter_version(interpreter),
+        "created_at": datetime.now(UTC).isoformat(),
+    }
+    marker = path / MARKER_NAME
+    with open(marker, "w") as handle:
+        json.dump(data, handle, indent=2)
+        handle.flush()
+        # The rename that publishes the environment must not reach the disk before this.
+        os.fsync(handle.fileno())
+    marker.chmod(0o644)
+
+
+def _fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _open_permissions(top: Path) -> None:
+    """Directories 0755, files 0644 or 0755 if executable at all; symlinks untouched.
+
+    The sandbox user owns none of these files, so this lets it read and never write. chmod
+    follows symlinks, and bin/python points at the system interpreter, hence the lstat.
+    """
+    for directory, _subdirs, files in os.walk(top):
+        os.chmod(directory, 0o755)
+        for name in files:
+            path = os.path.join(directory, name)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISREG(mode):
+                os.chmod(path, 0o755 if mode & 0o111 else 0o644)
+
+
+def _check_readable_by_others(interpreter: str) -> None:
+    """Refuse an interpreter the unprivileged sandbox user could not start."""
+    for path in (Path(interpreter).absolute(), Path(interpreter).resolve()):
+        try:
+            if not path.stat().st_mode & stat.S_IXOTH:
+                raise BuildFailed(f"interpreter {path} is not executable by other users")
+            for parent in path.parents:
+                if not parent.stat().st_mode & stat.S_IXOTH:
+                    raise BuildFailed(
+                        f"interpreter {interpreter} is not usable by the sandbox user: "
+                        f"{parent} is not searchable by other users"
+                    )
+        except FileNotFoundError:
+            raise BuildFailed(f"interpreter {interpreter} not found") from None
+
+
+def _tree_size(top: Path) -> int:
+    total = 0
+    for directory, _subdirs, files in os.walk(top):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(directory, name)).st_size
+    return total
+
+
+def _discard(path: Path) -> None:
+    """Rename path to a .trash- sibling (atomic), then delete it."""
+    trash = Path(tempfile.mkdtemp(prefix=".trash-", dir=path.parent))
+    os.rename(path, trash / path.name)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _discard_unfinished(root: Path, key: str, log: Log) -> None:
+    """Delete earlier, unfinished builds of key. Only call this while holding key's lock."""
+    for leftover in root.glob(f".tmp-{key}-*"):
+        log(f"removing unfinished build {leftover.name}")
+        shutil.rmtree(leftover, ignore_errors=True)
+    final = root / key
+    if final.exists() and not _is_complete(final, key):
+        log(f"removing {key}, which has no completion marker")
+        _discard(final)
+
+
+@contextlib.contextmanager
+def _key_lock(root: Path, key: str, *, wait_seconds: float, log: Log) -> Iterator[None]:
+    """Hold an exclusive flock for key; the kernel drops it if this process dies."""
+    (root / ".locks").mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / ".locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"another process is building environment {key}; waiting for it")
+            give_up = time.monotonic() + wait_seconds
+            while True:
+                time.sleep(0.1)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > give_up:
+                        raise BuildFailed(
+                            f"waited {wait_seconds:g} s for another build of this environment"
+                        ) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _try_key_lock(root: Path, key: str) -> Iterator[bool]:
+    path = root / ".locks" / f"{key}.lock"
+    if not path.exists():
+        yield True
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
+# Running the tools
+
+
+@dataclass
+class _Outcome:
+    returncode: int
+    # The last lines of output (all of them went to the log), for explaining failures.
+    lines: deque[str]
+
+
+# Variables a build may see from the worker: proxies are how many intranets reach an index.
+_PASSED_THROUGH = (
+    "http_proxy", "https_proxy", "no_proxy", "all_proxy",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
+)
+
+
+def _base_env(home: Path) -> dict[str, str]:
+    return {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+    }
+
+
+def _subprocess_env(*, home: Path, timeouts: Timeouts, extra: Mapping[str, str]) -> dict[str, str]:
+    env = _base_env(home)
+    tmp = home / "tmp"
+    tmp.mkdir(parents=True, exist_ok=True)
+    env["TMPDIR"] = str(tmp)
+    env |= {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
+    # pip with fewer than one retry says nothing about a refused connection, which would
+    # leave "index unreachable" indistinguishable from "no such package".
+    retries = str(max(1, timeouts.network_retries))
+    env |= {
+        "NO_COLOR": "1",
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+        "PIP_NO_COLOR": "1",
+        "PIP_PROGRESS_BAR": "off",
+        "PIP_TIMEOUT": f"{timeouts.network_seconds:g}",
+        "PIP_RETRIES": retries,
+        "UV_NO_CONFIG": "1",
+        "UV_NO_PROGRESS": "1",
+        "UV_PYTHON_DOWNLOADS": "never",
+        "UV_PYTHON_PREFERENCE": "only-system",
+        "UV_HTTP_TIMEOUT": f"{max(1, round(timeouts.network_seconds))}",
+        "UV_HTTP_RETRIES": retries,
+        # Copies, not hardlinks into the cache: the environment stands alone, and opening
+        # its permissions cannot change the cache's files.
+        "UV_LINK_MODE": "copy",
+    }
+    env |= extra
+    return env
+
+
+def _tool(name: str) -> Path:
+    """A tool installed in ToolHub's own virtualenv (not necessarily on PATH)."""
+    path = Path(sys.executable).parent / name
+    if path.is_file():
+        return path
+    found = shutil.which(name)
+    if found is None:
+        raise BuildFailed(f"{name} is not installed next to {sys.executable}")
+    return Path(found)
+
+
+# setpriv makes the kernel kill the tool when the worker dies (even by SIGKILL), so a killed
+# worker does not leave a tool writing into a directory the next build is deleting.
+_SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin")
+
+
+def _run(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    log: Log,
+    deadline: float,
+    timeouts: Timeouts,
+    stage: str,
+) -> _Outcome:
+    """Run one command, logging each output line as it arrives, within the time limits.
+
+    `deadline` is a time.monotonic() value shared by the steps of one build; the message for
+    running past it names `timeouts.total_seconds`. On a timeout, or anything else that
+    interrupts the wait, the whole process group is killed before the exception leaves.
+    """
+    argv = [str(arg) for arg in argv]
+    log("$ " + _redact(shlex.join(argv)))
+    prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+    process = subprocess.Popen(
+        prefix + argv,
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        # Its own process group, so a kill also reaches the build backends it started.
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    lines: deque[str] = deque(maxlen=400)
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    pending = b""
+    last_output = time.monotonic()
+
+    def emit(raw: bytes) -> None:
+        line = _redact(raw.decode("utf-8", "replace").rstrip("\r"))[:4000]
+        lines.append(line)
+        log(line)
+
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise BuildFailed(f"{stage} timed out after {timeouts.total_seconds:g} s")
+            if now - last_output >= timeouts.silence_seconds:
+                raise BuildFailed(f"no output for {timeouts.silence_seconds:g} s")
+            wait = min(deadline, last_output + timeouts.silence_seconds) - now
+            if not selector.select(timeout=wait):
+                continue
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            last_output = time.monotonic()
+            *complete, pending = (pending + chunk).split(b"\n")
+            for raw in complete:
+                emit(raw)
+        if pending:
+            emit(pending)
+        # The output is closed; a process that lingers after that still counts against time.
+        try:
+            returncode = process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise BuildFailed(
+                f"{stage} timed out after {timeouts.total_seconds:g} s"
+            ) from None
+    finally:
+        if process.returncode is None:
+            # Not reaped yet, so the group id cannot have been reused by anyone else.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        selector.close()
+        process.stdout.close()
+    return _Outcome(returncode=returncode, lines=lines)
+
+
+_CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
+
+
+def _redact(text: str) -> str:
+    """Hide user:password@ in URLs; an index URL may carry credentials and logs are shown."""
+    return _CREDENTIALS.sub(r"\1***@", text)
+
+
+# --------------------------------------------------------------------------------------------
+# Explaining failures in one line
+
+
+_NETWORK_ERRORS = re.compile(
+    r"Connection refused|Failed to establish a new connection|Name or service not known|"
+    r"Temporary failure in name resolution|No route to host|Network is unreachable|"
+    r"ConnectTimeout|Read timed out|tcp connect error|dns error|error sending request|"
+    r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|invalid peer certificate|SSLError",
+    re.IGNORECASE,
+)
+_NETWORK_CAUSES = (
+    "Connection refused",
+    "Name or service not known",
+    "Temporary failure in name resolution",
+    "No route to host",
+    "Network is unreachable",
+    "timed out",
+    "certificate verify failed",
+    "invalid peer certificate",
+)
+_URL = re.compile(r"(?:https?|file)://[^\s`'\")]+")
+_HOST_PORT = re.compile(r"host='([^']+)', port=(\d+)")
+
+
+def _explain(
+    tool: str,
+    result: _Outcome,
+    *,
+    index: IndexSettings,
+    requirements: Sequence[str] = (),
+    constraints: Sequence[str] = (),
+) -> str:
+    lines = list(result.lines)
+    text = "\n".join(lines)
+
+    network = [line for line in lines if _NETWORK_ERRORS.search(line)]
+    if network:
+        return "index unreachable: " + _describe_network_error(network, index)
+
+    hashes = re.search(r"Hash mismatch for `?([^`\s:]+)", text)
+    if hashes or "THESE PACKAGES DO NOT MATCH THE HASHES" in text:
+        name = hashes.group(1) if hashes else "a package"
+        return f"hash mismatch for {name}: the index serves other files than the lock names"
+
+    build = _explain_build_failure(lines)
+    if build:
+        return build
+
+    missing = re.search(r"No matching distribution found for (\S+)", text) or re.search(
+        r"Because (\S+) was not found in the (?:package registry|provided package locations)",
+        text,
+    )
+    if missing:
+        reason = f"No matching distribution for {missing.group(1)}"
+        name = _name_of(missing.group(1))
+        limits = [c for c in constraints if _name_of(c) == name]
+        return f"{reason} (constrained to {', '.join(limits)})" if limits else reason
+
+    if re.search(r"conflicting dependencies|ResolutionImpossible|requirements are unsatisfiable",
+                 text):
+        return _explain_conflict(text, constraints)
+
+    for line in reversed(lines):
+        stripped = line.strip()
+        if stripped.lower().startswith("error:"):
+            return f"{tool} failed: {stripped[6:].strip()}"
+    return f"{tool} exited with status {result.returncode}"
+
+
+def _describe_network_error(lines: list[str], index: IndexSettings) -> str:
+    joined = "\n".join(lines)
+    cause = next((c for c in _NETWORK_CAUSES if c.lower() in joined.lower()), "network error")
+    host = _HOST_PORT.search(joined)
+    if host:
+        where = f"{host.group(1)}:{host.group(2)}"
+    else:
+        url = _URL.search(joined) or _URL.search(index.index_url or "")
+        where = urlsplit(url.group(0)).netloc.rpartition("@")[2] if url else "the index"
+    return f"{where} ({cause})"
+
+
+def _explain_build_failure(lines: list[str]) -> str | None:
+    text = "\n".join(lines)
+    markers = (
+        "metadata-generation-failed",
+        "subprocess-exited-with-error",
+        "Failed to build",
+        "build backend returned an error",
+        "Failed to prepare distributions",
+    )
+    if not any(marker in text for marker in markers):
+        return None
+    name = None
+    for pattern in (
+        r"Failed to build `([A-Za-z0-9._-]+)",
+        r"Failed to build ([A-Za-z0-9._-]+)",
+        r"(?:Preparing metadata|Building wheel) for ([A-Za-z0-9._-]+)",
+        r"╰─> ([A-Za-z0-9._-]+)\s*$",
+    ):
+        found = re.search(pattern, text, re.MULTILINE)
+        if found:
+            name = found.group(1)
+            break
+    # The build's own last exception, e.g. "RuntimeError: it refuses to build".
+    detail = next(
+        (
+            line.strip()
+            for line in reversed(lines)
+            if re.match(r"\s*(?:[\w.]+(?:Error|Exception)|error): \S", line)
+            and "subprocess-exited-with-error" not in line
+        ),
+        None,
+    )
+    reason = f"{name or 'a package'} failed to build"
+    return f"{reason}: {detail}" if detail else reason
+
+
+def _name_of(requirement: str) -> str | None:
+    try:
+        return canonicalize_name(Requirement(requirement).name)
+    except InvalidRequirement:
+        return None
+
+
+# pip's resolver names each requirement that took part in a conflict, and who asked for it:
+# RequirementInformation(requirement=SpecifierRequirement('b>=1'), parent=LinkCandidate('…'))
+_CONFLICT_PART = re.compile(
+    r"SpecifierRequirement\('([^']+)'\), parent=(?:None|\w+\('([^']+)'\))"
+)
+
+
+def _explain_conflict(text: str, constraints: Sequence[str]) -> str:
+    limits = {_name_of(c): c for c in constraints}
+    parts = _CONFLICT_PART.findall(text)
+    for requirement, parent in parts:
+        constraint = limits.get(_name_of(requirement))
+        if constraint is None:
+            continue
+        if not parent:
+            return f"constraint {constraint} contradicts requirement {requirement}"
+        # The parent is a distribution file or URL, e.g. …/toolhub_demo_a-1.0-py3-none-any.whl.
+        name, _, rest = parent.rstrip("/").rpartition("/")[2].partition("-")
+        version = rest.split("-")[0].removesuffix(".tar.gz").removesuffix(".zip")
+        who = f"{canonicalize_name(name)} {version}" if name and version else parent
+        return f"constraint {constraint} contradicts {who}, which requires {requirement}"
+    if parts:
+        return "conflicting requirements: " + ", ".join(sorted({r for r, _ in parts}))
+    return "conflicting requirements"

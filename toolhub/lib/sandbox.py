@@ -1,0 +1,1149 @@
+"""Start untrusted toolkit code inside a bubblewrap sandbox and talk to it over pipes.
+
+This module is the launcher only: it knows nothing about Django (settings come in as
+arguments) and nothing about tools. It starts a command in a fresh sandbox, writes one JSON
+request line on the command's stdin, hands every JSON line the command prints on stdout to a
+callback, writes back whatever the callback returns, and enforces the limits. The code that runs
+inside (``toolhub/runtime/``) defines what the lines mean.
+
+API
+---
+``run_sandboxed(*, interpreter_env, runtime_dir, source_path, request, limits, on_message,
+sandbox_user="toolhub-sandbox", bwrap="bwrap", extra_binds=(), argv=DEFAULT_ARGV,
+cgroup_root=Path("/sys/fs/cgroup")) -> SandboxOutcome``
+
+- ``interpreter_env`` (a virtual environment) is mounted read-only at ``/opt/env``,
+  ``runtime_dir`` (a copy made by ``ensure_runtime_copy``) at ``/opt/runtime``, the bytes of
+  ``source_path`` at ``/opt/toolkit/toolkit.py`` and each ``(host_path, sandbox_path)`` of
+  ``extra_binds`` read-only at its sandbox path. ``argv`` runs inside; by default
+  ``/opt/env/bin/python -I /opt/runtime/main.py``.
+- ``request`` is written as the first stdin line. Every stdout line must be a JSON object.
+  Objects whose ``kind`` is ``result``, ``error`` or ``introspection`` are *final*: the first one
+  becomes ``SandboxOutcome.final`` and stdin is closed. Every other object goes to
+  ``on_message``; when it returns a dict, that dict is written back as one stdin line (this is
+  how ``{"kind": "call"}`` gets its ``{"kind": "call_result"}``). Lines that are not JSON objects
+  are dropped and counted in ``dropped_lines``.
+- ``on_message`` runs synchronously. Time spent in it is host time, not the tool's, so it is not
+  charged to ``Limits.wall_seconds`` — up to ``Limits.host_wait_seconds`` in total, after which
+  it is. The callback must bound its own waits (for example the ``awaiting_input`` timeout); the
+  launcher cannot kill the sandbox while the callback blocks. If it raises, the sandbox is
+  killed and the exception propagates.
+- Statuses: ``ok`` (a final message arrived), ``timed_out`` (``limit="wall_time"``),
+  ``limit_exceeded`` (``limit`` is one of ``cpu_time``, ``memory``, ``output``, ``message_size``,
+  ``file_size``, ``processes``) and ``crashed`` (the command ended without a final message and no
+  limit explains it). A final error caused by ``MemoryError`` or ``EFBIG`` is reported as
+  ``limit_exceeded`` with the final message kept, so its traceback can still be shown.
+- ``SandboxUnavailable`` is raised, before anything runs, when bubblewrap is missing, the
+  sandbox user is missing, the worker can neither be that user nor switch to it, or bubblewrap
+  fails to build the sandbox. Nothing ever falls back to running without the sandbox.
+- ``check_sandbox(...)`` runs the same checks plus a real empty sandbox, for a health check or
+  worker start-up. ``ensure_runtime_copy(...)`` copies the runtime package into the data
+  directory with modes the sandbox user can read.
+
+What is enforced, and how
+-------------------------
+- Identity: the process that executes bwrap has already dropped to the sandbox user
+  (``setgroups([])``, ``setregid``, ``setreuid`` done by ``subprocess`` before exec), because
+  bubblewrap started by real root keeps every capability inside. Inside, the code runs as that
+  uid in a new user namespace with no capabilities and cannot create further user namespaces
+  (``--disable-userns``).
+- Namespaces: ``--unshare-all`` plus an explicit ``--unshare-user`` (user, pid, network, IPC,
+  UTS, cgroup). The network namespace holds only a loopback interface, so loopback services of
+  the host (Redis, PostgreSQL) are unreachable. ``--new-session`` stops terminal injection.
+- Filesystem: a new root holding only ``/usr`` (read-only; ``/bin``, ``/lib``... as the symlinks
+  of a merged-usr host), the interpreter's prefix when it lives outside ``/usr``, ``/opt/env``,
+  ``/opt/runtime``, ``/opt/toolkit/toolkit.py``, a new ``/proc`` for the new pid namespace, a
+  minimal ``/dev`` and two size-capped tmpfs mounts, ``/tmp`` and ``/dev/shm``. There is no
+  ``/etc`` at all: CPython and pydantic start without it. ``/`` and ``/dev`` are remounted
+  read-only so the code cannot fill their (uncapped) tmpfs.
+- Environment: bwrap itself is started with a three-variable environment (its own
+  ``/proc/1/environ`` is visible inside), and the command gets ``--clearenv`` plus PATH, LANG,
+  HOME=/tmp, PYTHONDONTWRITEBYTECODE, PYTHONUNBUFFERED and MALLOC_ARENA_MAX (fewer malloc
+  arenas keep threads inside the address-space limit).
+- Descriptors: ``close_fds=True``; the only descriptors passed are the source file's memfd and
+  bubblewrap's status pipe, both consumed and closed by bwrap before the command starts.
+- Limits, in the child before exec: RLIMIT_CPU (``cpu_seconds``, SIGXCPU then SIGKILL one second
+  later), RLIMIT_AS (``memory_bytes``), RLIMIT_NPROC (``processes``; counted per uid over the
+  whole host, so concurrent sandboxes under one sandbox user share it), RLIMIT_NOFILE,
+  RLIMIT_FSIZE and RLIMIT_CORE=0. Where the cgroup v1 ``memory`` and ``pids`` hierarchies are
+  writable, each run also gets its own cgroup under the worker's own (memory limit =
+  ``memory_bytes`` + both tmpfs sizes + 64 MiB, swap included; pids limit = ``processes`` + 2
+  for bubblewrap) that the child joins before exec, so every descendant is inside. cgroup v2 is
+  not used yet; without cgroups the rlimits alone apply.
+- Wall time and output are watched by the parent: past ``wall_seconds`` (minus host time) or
+  ``output_bytes`` of stdout+stderr, or a stdout line longer than ``message_bytes``, bwrap is
+  killed. Killing bwrap, which has ``--die-with-parent`` and its own pid namespace, takes every
+  process of the sandbox with it, ``setsid`` grandchildren included; the run's cgroups are then
+  emptied and removed as well. A worker that dies mid-run takes the sandbox with it too
+  (parent-death signal). The parent-death signal follows the *thread* that started bwrap, so
+  call ``run_sandboxed`` from a thread that outlives the call.
+- The host never follows a symlink the sandbox could have written: the sandbox has no writable
+  host path at all (its ``/tmp`` and ``/dev/shm`` are in-memory and vanish with it), and the only
+  host files this module writes are the run's cgroup directories and the runtime copy, which the
+  sandbox cannot reach.
+
+Costs measured on the development machine (Debian 12, 2 cores), see ``bench/sandbox_startup.py``
+in the report of the work that added this module: an empty sandbox (``/usr/bin/true``) and a
+``python -I -c pass`` are each a few tens of milliseconds; numbers are in the module's tests'
+report rather than here because they drift with the machine.
+"""
+
+from __future__ import annotations
+
+import compileall
+import errno
+import hashlib
+import json
+import os
+import pwd
+import resource
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_SANDBOX_USER = "toolhub-sandbox"
+DEFAULT_ARGV: tuple[str, ...] = ("/opt/env/bin/python", "-I", "/opt/runtime/main.py")
+DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
+FINAL_KINDS = frozenset({"result", "error", "introspection"})
+
+SANDBOX_ENV_PATH = "/opt/env"
+SANDBOX_RUNTIME_PATH = "/opt/runtime"
+SANDBOX_SOURCE_PATH = "/opt/toolkit/toolkit.py"
+
+# The environment bwrap itself runs with. bwrap's reaper is pid 1 inside the sandbox and its
+# /proc/1/environ is readable there, so the worker's own variables must never reach bwrap.
+_BWRAP_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+
+# The environment of the sandboxed command.
+_SANDBOX_ENV = {
+    "PATH": "/opt/env/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": "/tmp",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "MALLOC_ARENA_MAX": "2",
+}
+
+# Top-level directories that a merged-usr system keeps as symlinks into /usr, and that a
+# dynamically linked interpreter reaches through (the ELF loader lives at /lib64/...).
+_USR_ALIASES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+# The cgroup memory limit leaves this much room over the process and tmpfs budgets for
+# bubblewrap, page tables and kernel objects charged to the run.
+_CGROUP_MEMORY_SLACK = 64 << 20
+
+_READ_CHUNK = 1 << 16
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot be used; the message says what to install or configure."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits for one sandboxed run. Sizes are in bytes, times in seconds."""
+
+    cpu_seconds: int = 10
+    wall_seconds: float = 30
+    memory_bytes: int = 1 << 30
+    processes: int = 64
+    open_files: int = 256
+    file_size_bytes: int = 16 << 20
+    output_bytes: int = 8 << 20
+    tmp_bytes: int = 64 << 20
+    # The longest single stdout line (one protocol message, the final result included).
+    message_bytes: int = 4 << 20
+    # How much of stderr is kept, from its end.
+    stderr_tail_bytes: int = 32 << 10
+    # Time spent in ``on_message`` that is not charged to ``wall_seconds``, in total.
+    host_wait_seconds: float = 600
+    # How long the command may take to exit after its final message before it is killed.
+    exit_grace_seconds: float = 2
+
+
+@dataclass
+class SandboxOutcome:
+    """How a sandboxed run ended."""
+
+    final: dict | None
+    status: str
+    limit: str | None
+    exit_code: int | None
+    stderr_tail: str
+    duration_ms: int
+    cpu_ms: int | None
+    max_rss_kb: int | None
+    # Every limit seen to be reached during the run, ``limit`` first when set.
+    limits_hit: tuple[str, ...] = ()
+    dropped_lines: int = 0
+    # Whether per-run cgroups (memory, pids) were in force.
+    cgroups: bool = False
+    messages: int = 0
+    output_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class _Identity:
+    bwrap: str
+    uid: int
+    gid: int
+    switch: bool
+
+
+# ---------------------------------------------------------------------------------------------
+# Preconditions
+
+
+def _resolve_bwrap(bwrap: str) -> str:
+    found = shutil.which(bwrap) if os.sep not in bwrap else bwrap
+    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise SandboxUnavailable(
+            f"bubblewrap is not installed (no executable {bwrap!r}). Install the Debian package "
+            "`bubblewrap` (apt-get install bubblewrap). ToolHub never runs toolkit code "
+            "outside the sandbox."
+        )
+    return os.path.abspath(found)
+
+
+def _resolve_identity(*, bwrap: str, sandbox_user: str) -> _Identity:
+    bwrap_path = _resolve_bwrap(bwrap)
+    try:
+        entry = pwd.getpwnam(sandbox_user)
+    except KeyError:
+        raise SandboxUnavailable(
+            f"the sandbox user {sandbox_user!r} does not exist. Create it with "
+            f"`useradd --system --no-create-home --shell /usr/sbin/nologin {sandbox_user}`."
+        ) from None
+    if entry.pw_uid == 0 or entry.pw_gid == 0:
+        raise SandboxUnavailable(
+            f"the sandbox user {sandbox_user!r} has uid or gid 0; it must be unprivileged."
+        )
+    euid = os.geteuid()
+    if euid != 0 and euid != entry.pw_uid:
+        raise SandboxUnavailable(
+            f"the worker runs as uid {euid}, which can neither switch to the sandbox user "
+            f"{sandbox_user!r} nor is it: run the worker as root or as {sandbox_user!r}."
+        )
+    return _Identity(bwrap=bwrap_path, uid=entry.pw_uid, gid=entry.pw_gid, switch=euid == 0)
+
+
+def check_sandbox(
+    *,
+    sandbox_user: str = DEFAULT_SANDBOX_USER,
+    bwrap: str = "bwrap",
+    probe: bool = True,
+) -> None:
+    """Raise ``SandboxUnavailable`` with the reason if sandboxed runs cannot work here.
+
+    With ``probe`` an empty sandbox is really started (about 10 ms), which also proves that
+    unprivileged user namespaces are enabled.
+    """
+    identity = _resolve_identity(bwrap=bwrap, sandbox_user=sandbox_user)
+    if not probe:
+        return
+    argv = [
+        identity.bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        *_usr_args(),
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--",
+        "/usr/bin/true",
+    ]
+    try:
+        completed = subprocess.run(
+            argv,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            close_fds=True,
+            env=_BWRAP_ENV,
+            cwd="/",
+            timeout=30,
+            **_privilege_kwargs(identity),
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise SandboxUnavailable(f"bubblewrap could not be started: {exc}") from exc
+    if completed.returncode != 0:
+        message = completed.stderr.decode("utf-8", "replace").strip()
+        raise SandboxUnavailable(
+            f"bubblewrap cannot create a sandbox as {sandbox_user!r}: {message or 'no message'}. "
+            "Unprivileged user namespaces must be enabled (user.max_user_namespaces > 0)."
+        )
+
+
+def _privilege_kwargs(identity: _Identity) -> dict:
+    if not identity.switch:
+        return {}
+    return {"user": identity.uid, "group": identity.gid, "extra_groups": []}
+
+
+# ---------------------------------------------------------------------------------------------
+# The runtime copy
+
+
+def ensure_runtime_copy(*, runtime_src: Path, data_dir: Path) -> Path:
+    """Copy the runtime package to ``data_dir/runtime/<content hash>/`` and return that path.
+
+    The copy has 0755 directories and 0644 files, so the sandbox user can read it wherever the
+    repository lives, and is byte-compiled with ``/opt/runtime`` as the path tracebacks show.
+    It is built beside its final place and renamed into it, so a half-written copy is never
+    used; an existing copy with the same hash is reused.
+    """
+    files = _runtime_files(runtime_src)
+    digest = hashlib.sha256()
+    for relative in files:
+        digest.update(relative.as_posix().encode() + b"\0")
+        digest.update((runtime_src / relative).read_bytes() + b"\0")
+    parent = data_dir / "runtime"
+    destination = parent / digest.hexdigest()[:20]
+    if destination.is_dir():
+        return destination
+    for directory in (data_dir, parent):
+        if not directory.is_dir():
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o755)
+    _require_traversable(parent)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=parent))
+    try:
+        for relative in files:
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(runtime_src / relative, target)
+        compileall.compile_dir(
+            str(staging), quiet=1, ddir=SANDBOX_RUNTIME_PATH, workers=1, force=True
+        )
+        for root, dirs, names in os.walk(staging):
+            os.chmod(root, 0o755)
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o755)
+            for name in names:
+                os.chmod(os.path.join(root, name), 0o644)
+        try:
+            staging.rename(destination)
+        except OSError as exc:
+            # Another worker renamed the same content into place first; theirs is as good.
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            shutil.rmtree(staging, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return destination
+
+
+def _runtime_files(runtime_src: Path) -> list[Path]:
+    files = []
+    for root, dirs, names in os.walk(runtime_src):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+        for name in sorted(names):
+            path = Path(root) / name
+            # Only regular files are copied: a symlink in the source tree could point anywhere.
+            if path.suffix == ".pyc" or path.is_symlink() or not path.is_file():
+                continue
+            files.append(path.relative_to(runtime_src))
+    if not files:
+        raise FileNotFoundError(f"no runtime files under {runtime_src}")
+    return files
+
+
+def _require_traversable(path: Path) -> None:
+    """Refuse a directory that users other than its owner cannot reach (bwrap runs as one)."""
+    for directory in (path, *path.parents):
+        if not os.stat(directory).st_mode & 0o001:
+            raise SandboxUnavailable(
+                f"{directory} is not traversable by other users (mode o+x missing), so the "
+                "sandbox user cannot read the data directory below it."
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# cgroups
+
+
+class _RunCgroups:
+    """Per-run cgroup v1 directories for the memory and pids controllers, when writable.
+
+    Each directory is created under the worker's own cgroup of that hierarchy, so the run also
+    stays inside whatever limits the worker itself lives under.
+    """
+
+    def __init__(self, root: Path | None, limits: Limits) -> None:
+        self.dirs: dict[str, Path] = {}
+        self.fds: list[int] = []
+        if root is None:
+            return
+        token = f"toolhub-{os.getpid()}-{os.urandom(6).hex()}"
+        own = _own_cgroups()
+        memory_limit = limits.memory_bytes + 2 * limits.tmp_bytes + _CGROUP_MEMORY_SLACK
+        settings = {
+            "memory": [
+                ("memory.limit_in_bytes", memory_limit),
+                ("memory.memsw.limit_in_bytes", memory_limit),
+            ],
+            # bubblewrap itself is one more process in the group.
+            "pids": [("pids.max", limits.processes + 1)],
+            # Only read: the CPU time of every process of the run, reaped or not.
+            "cpuacct": [],
+        }
+        for controller, values in settings.items():
+            base = root / controller
+            relative = own.get(controller)
+            if relative is None or not (base / "cgroup.procs").exists():
+                continue
+            parent = base / relative.lstrip("/")
+            _sweep_stale(parent)
+            directory = parent / token
+            try:
+                directory.mkdir()
+            except OSError:
+                continue
+            self.dirs[controller] = directory
+            try:
+                for name, value in values:
+                    if (directory / name).exists():
+                        (directory / name).write_text(str(value))
+                # Opened here, by root: a cgroup v1 move is authorised by the credentials the
+                # file was opened with, so the child can join after dropping privileges.
+                self.fds.append(os.open(directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+            except OSError:
+                self._remove(controller)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.fds)
+
+    def oom_killed(self) -> bool:
+        text = self._read("memory", "memory.oom_control")
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name == "oom_kill" and value.strip().isdigit():
+                return int(value) > 0
+        return False
+
+    def pids_limit_hit(self) -> bool:
+        text = self._read("pids", "pids.events")
+        name, _, value = text.strip().partition(" ")
+        return name == "max" and value.isdigit() and int(value) > 0
+
+    def cpu_ms(self) -> int | None:
+        text = self._read("cpuacct", "cpuacct.usage").strip()
+        return int(text) // 1_000_000 if text.isdigit() else None
+
+    def close_fds(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+    def kill_and_remove(self) -> None:
+        self.close_fds()
+        for controller in list(self.dirs):
+            directory = self.dirs[controller]
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                pids = self._read(controller, "cgroup.procs").split()
+                for pid in pids:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                try:
+                    directory.rmdir()
+                    break
+                except OSError as exc:
+                    if exc.errno == errno.ENOENT:
+                        break
+                    time.sleep(0.01)
+            del self.dirs[controller]
+
+    def _remove(self, controller: str) -> None:
+        try:
+            self.dirs.pop(controller).rmdir()
+        except OSError:
+            pass
+
+    def _read(self, controller: str, name: str) -> str:
+        directory = self.dirs.get(controller)
+        if directory is None:
+            return ""
+        try:
+            return (directory / name).read_text()
+        except OSError:
+            return ""
+
+
+def _own_cgroups() -> dict[str, str]:
+    """Map each cgroup v1 controller to the worker's own cgroup path in its hierarchy."""
+    result = {}
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return result
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3 or not parts[1]:
+            continue
+        for controller in parts[1].split(","):
+            result[controller] = parts[2]
+    return result
+
+
+def _sweep_stale(parent: Path) -> None:
+    """Remove run cgroups left behind by workers that died before cleaning up."""
+    try:
+        entries = list(parent.glob("toolhub-*-*"))
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name.split("-")[1]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            entry.rmdir()
+        except OSError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Building the bwrap command line
+
+
+def _usr_args() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in _USR_ALIASES:
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), str(host)]
+    return args
+
+
+def _interpreter_prefix(interpreter_env: Path) -> Path | None:
+    """Return the base interpreter's prefix when it lives outside /usr and needs a bind."""
+    try:
+        config = (interpreter_env / "pyvenv.cfg").read_text()
+    except OSError:
+        return None
+    for line in config.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "home":
+            prefix = Path(value.strip()).resolve().parent
+            if prefix == Path("/usr") or Path("/usr") in prefix.parents:
+                return None
+            return prefix
+    return None
+
+
+def _bwrap_argv(
+    *,
+    bwrap: str,
+    interpreter_env: Path,
+    runtime_dir: Path,
+    source_fd: int,
+    status_fd: int,
+    limits: Limits,
+    extra_binds: Sequence[tuple[Path, str]],
+    argv: Sequence[str],
+) -> list[str]:
+    args = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        # The command itself is pid 1 of the namespace, so bubblewrap waits for it directly
+        # and reaps it; with bubblewrap's own reaper as pid 1 that reaper is left as a
+        # zombie for the host's init whenever the run ends.
+        "--as-pid-1",
+        "--hostname",
+        "sandbox",
+        "--clearenv",
+    ]
+    for name, value in _SANDBOX_ENV.items():
+        args += ["--setenv", name, value]
+    args += _usr_args()
+    prefix = _interpreter_prefix(interpreter_env)
+    if prefix is not None:
+        args += ["--ro-bind", str(prefix), str(prefix)]
+    args += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(limits.tmp_bytes),
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        str(limits.tmp_bytes),
+        "--tmpfs",
+        "/dev/shm",
+        "--ro-bind",
+        str(interpreter_env),
+        SANDBOX_ENV_PATH,
+        "--ro-bind",
+        str(runtime_dir),
+        SANDBOX_RUNTIME_PATH,
+        "--perms",
+        "0444",
+        "--ro-bind-data",
+        str(source_fd),
+        SANDBOX_SOURCE_PATH,
+    ]
+    for host_path, sandbox_path in extra_binds:
+        args += ["--ro-bind", str(host_path), sandbox_path]
+    args += [
+        # The new root and /dev are tmpfs mounts without a size cap; once everything is
+        # mounted they become read-only so the code cannot fill memory through them.
+        "--remount-ro",
+        "/dev",
+        "--remount-ro",
+        "/",
+        "--chdir",
+        "/tmp",
+        "--json-status-fd",
+        str(status_fd),
+        "--",
+        *argv,
+    ]
+    return args
+
+
+def _child_setup(
+    limits: Limits, cgroup_fds: Sequence[int], *, pids_cgroup: bool
+) -> Callable[[], None]:
+    """Return the function run in the child after the uid switch, right before exec."""
+    # RLIMIT_NPROC counts every process of the sandbox user on the host, so concurrent runs
+    # share it. With a pids cgroup (per run) in force it is only a loose host-wide backstop;
+    # without one it is the limit itself.
+    nproc = 8 * limits.processes if pids_cgroup else limits.processes + 1
+    rlimits = [
+        # Soft and hard are equal: the command is pid 1 of its namespace, and pid 1 ignores
+        # SIGXCPU, so the limit has to end in SIGKILL straight away.
+        (resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds)),
+        (resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes)),
+        (resource.RLIMIT_NPROC, (nproc, nproc)),
+        (resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files)),
+        (resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes)),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
+
+    def setup() -> None:
+        # Joining the cgroups first puts bwrap and everything it starts inside them.
+        pid = str(os.getpid()).encode()
+        for fd in cgroup_fds:
+            os.write(fd, pid)
+        for which, values in rlimits:
+            resource.setrlimit(which, values)
+
+    return setup
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def run_sandboxed(
+    *,
+    interpreter_env: Path,
+    runtime_dir: Path,
+    source_path: Path,
+    request: dict,
+    limits: Limits,
+    on_message: Callable[[dict], dict | None],
+    sandbox_user: str = DEFAULT_SANDBOX_USER,
+    bwrap: str = "bwrap",
+    extra_binds: Sequence[tuple[Path, str]] = (),
+    argv: Sequence[str] = DEFAULT_ARGV,
+    cgroup_root: Path | None = DEFAULT_CGROUP_ROOT,
+) -> SandboxOutcome:
+    """Run ``argv`` in a new sandbox, exchange JSON lines with it, and say how it ended."""
+    identity = _resolve_identity(bwrap=bwrap, sandbox_user=sandbox_user)
+    source = Path(source_path).read_bytes()
+    request_line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
+
+    started = time.monotonic()
+    cgroups = _RunCgroups(cgroup_root, limits)
+    source_fd = os.memfd_create("toolkit-source", os.MFD_CLOEXEC)
+    status_read, status_write = os.pipe2(os.O_CLOEXEC)
+    session: _Session | None = None
+    try:
+        os.write(source_fd, source)
+        os.lseek(source_fd, 0, os.SEEK_SET)
+        command = _bwrap_argv(
+            bwrap=identity.bwrap,
+            interpreter_env=Path(interpreter_env),
+            runtime_dir=Path(runtime_dir),
+            source_fd=source_fd,
+            status_fd=status_write,
+            limits=limits,
+            extra_binds=extra_binds,
+            argv=argv,
+        )
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                close_fds=True,
+                pass_fds=(source_fd, status_write),
+                env=_BWRAP_ENV,
+                cwd="/",
+                umask=0o077,
+                start_new_session=True,
+                # The hook only joins cgroups and sets rlimits, calls that take no locks;
+                # callers run one sandbox per thread (Celery prefork), see the docstring.
+                preexec_fn=_child_setup(  # noqa: PLW1509
+                    limits, cgroups.fds, pids_cgroup="pids" in cgroups.dirs
+                ),
+                **_privilege_kwargs(identity),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SandboxUnavailable(f"bubblewrap could not be started: {exc}") from exc
+        cgroups_in_force = cgroups.active
+        for fd in (status_write, source_fd):
+            os.close(fd)
+        status_write = source_fd = -1
+        cgroups.close_fds()
+        session = _Session(
+            process=process,
+            status_fd=status_read,
+            limits=limits,
+            on_message=on_message,
+        )
+        session.send(request_line)
+        session.run()
+        duration_ms = int((time.monotonic() - started) * 1000)
+        oom = cgroups.oom_killed()
+        pids_hit = cgroups.pids_limit_hit()
+        cpu_ms = cgroups.cpu_ms()
+    finally:
+        if session is not None:
+            session.close()
+        cgroups.kill_and_remove()
+        for fd in (source_fd, status_write, status_read):
+            if fd >= 0:
+                os.close(fd)
+
+    state = session.state
+    stderr_tail = state.stderr_tail.decode("utf-8", "replace")
+    if "child-pid" not in session.bwrap_status and state.killed_for is None:
+        raise SandboxUnavailable(
+            "bubblewrap could not build the sandbox: "
+            f"{stderr_tail.strip() or 'no message'}"
+        )
+    usage = session.usage
+    if cpu_ms is None and usage is not None:
+        cpu_ms = int((usage.ru_utime + usage.ru_stime) * 1000)
+    exit_code = session.bwrap_status.get("exit-code")
+    status, limit, hit = _classify(
+        state=state,
+        exit_code=exit_code,
+        stderr_tail=stderr_tail,
+        oom=oom,
+        pids_hit=pids_hit,
+        cpu_ms=cpu_ms,
+        limits=limits,
+    )
+    return SandboxOutcome(
+        final=state.final,
+        status=status,
+        limit=limit,
+        exit_code=exit_code,
+        stderr_tail=stderr_tail,
+        duration_ms=duration_ms,
+        cpu_ms=cpu_ms,
+        max_rss_kb=usage.ru_maxrss if usage is not None else None,
+        limits_hit=hit,
+        dropped_lines=state.dropped_lines,
+        cgroups=cgroups_in_force,
+        messages=state.messages,
+        output_bytes=state.output_bytes,
+    )
+
+
+@dataclass
+class _RunState:
+    final: dict | None = None
+    killed_for: str | None = None
+    output_bytes: int = 0
+    dropped_lines: int = 0
+    messages: int = 0
+    stderr_tail: bytearray = field(default_factory=bytearray)
+
+
+class _Session:
+    """The parent's side of one run: pipes, deadlines and the kill.
+
+    The sandboxed command runs as pid 1 of its namespace (``--as-pid-1``), and bubblewrap
+    reports its host pid on the status descriptor. Killing that process empties the whole
+    namespace, and bubblewrap then reaps it and exits by itself, so no zombie is left for the
+    host's init to collect. Only when that pid is not known yet is bubblewrap itself killed.
+    """
+
+    def __init__(
+        self,
+        *,
+        process: subprocess.Popen,
+        status_fd: int,
+        limits: Limits,
+        on_message: Callable[[dict], dict | None],
+    ) -> None:
+        assert process.stdin and process.stdout and process.stderr
+        self.process = process
+        self.limits = limits
+        self.on_message = on_message
+        self.state = _RunState()
+        self.bwrap_status: dict = {}
+        self.usage: resource.struct_rusage | None = None
+        self.stdin_fd = process.stdin.fileno()
+        self.stdout_fd = process.stdout.fileno()
+        self.stderr_fd = process.stderr.fileno()
+        self.status_fd = status_fd
+        for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd, status_fd):
+            os.set_blocking(fd, False)
+        self.bwrap_pidfd = os.pidfd_open(process.pid)
+        self.child_pidfd: int | None = None
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.stdout_fd, selectors.EVENT_READ, "stdout")
+        self.selector.register(self.stderr_fd, selectors.EVENT_READ, "stderr")
+        self.selector.register(status_fd, selectors.EVENT_READ, "status")
+        self.selector.register(self.bwrap_pidfd, selectors.EVENT_READ, "exit")
+        self.open_streams = {"stdout", "stderr", "status"}
+        self.stdout_buffer = bytearray()
+        self.status_buffer = bytearray()
+        self.pending_stdin = bytearray()
+        self.stdin_open = True
+        self.stdin_registered = False
+        self.deadline = time.monotonic() + limits.wall_seconds
+        self.host_budget = limits.host_wait_seconds
+        self.final_at: float | None = None
+        self.killed_at: float | None = None
+        self.exited_at: float | None = None
+
+    # -- writing
+
+    def send(self, data: bytes) -> None:
+        if not self.stdin_open:
+            return
+        self.pending_stdin += data
+        if not self.stdin_registered:
+            self.selector.register(self.stdin_fd, selectors.EVENT_WRITE, "stdin")
+            self.stdin_registered = True
+
+    def _write_stdin(self) -> None:
+        try:
+            written = os.write(self.stdin_fd, self.pending_stdin)
+        except BlockingIOError:
+            return
+        except OSError:
+            # The command closed its stdin or died; whatever was pending can never arrive.
+            self._close_stdin()
+            return
+        del self.pending_stdin[:written]
+        if not self.pending_stdin:
+            self.selector.unregister(self.stdin_fd)
+            self.stdin_registered = False
+
+    def _close_stdin(self) -> None:
+        if not self.stdin_open:
+            return
+        if self.stdin_registered:
+            self.selector.unregister(self.stdin_fd)
+            self.stdin_registered = False
+        self.stdin_open = False
+        self.pending_stdin.clear()
+        self.process.stdin.close()
+
+    # -- the loop
+
+    def run(self) -> None:
+        while not self._finished():
+            now = time.monotonic()
+            if self.exited_at is None:
+                if now >= self.deadline:
+                    self.kill("wall_time")
+                elif self.final_at is not None and (
+                    now - self.final_at > self.limits.exit_grace_seconds
+                ):
+                    self.kill("exit_grace")
+                elif self.killed_at is not None and now - self.killed_at > 2:
+                    # The sandbox did not go away: take bubblewrap down with it.
+                    self._signal_bwrap()
+            for key, _ in self.selector.select(timeout=self._timeout(now)):
+                self._handle(key.data)
+        self._reap()
+
+    def _finished(self) -> bool:
+        if self.exited_at is None:
+            return False
+        # Everything in the namespace is dead once bubblewrap has exited, so the pipes reach
+        # end of file at once; the time bound only guards against the unforeseen.
+        return not self.open_streams or time.monotonic() - self.exited_at > 1
+
+    def _timeout(self, now: float) -> float:
+        if self.exited_at is not None:
+            return 0.05
+        wake = self.deadline
+        if self.final_at is not None:
+            wake = min(wake, self.final_at + self.limits.exit_grace_seconds)
+        if self.killed_at is not None:
+            wake = min(wake, self.killed_at + 2.05)
+        return max(wake - now, 0)
+
+    def _handle(self, name: str) -> None:
+        if name == "exit":
+            self.selector.unregister(self.bwrap_pidfd)
+            self.exited_at = time.monotonic()
+            self._close_stdin()
+        elif name == "stdin":
+            self._write_stdin()
+        elif name == "status":
+            chunk = self._read(self.status_fd, name)
+            self.status_buffer += chunk
+            self._parse_status()
+        elif name == "stderr":
+            chunk = self._read(self.stderr_fd, name)
+            self._count(chunk)
+            tail = self.state.stderr_tail
+            tail += chunk
+            del tail[: -self.limits.stderr_tail_bytes]
+        else:
+            chunk = self._read(self.stdout_fd, name)
+            self._count(chunk)
+            if self.state.killed_for is None:
+                self.stdout_buffer += chunk
+                self._take_lines()
+
+    def _read(self, fd: int, name: str) -> bytes:
+        try:
+            chunk = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return b""
+        if not chunk:
+            self.selector.unregister(fd)
+            self.open_streams.discard(name)
+        return chunk
+
+    def _count(self, chunk: bytes) -> None:
+        self.state.output_bytes += len(chunk)
+        if self.state.output_bytes > self.limits.output_bytes:
+            self.kill("output")
+
+    def _parse_status(self) -> None:
+        self.bwrap_status = _parse_json_documents(self.status_buffer)
+        child_pid = self.bwrap_status.get("child-pid")
+        if self.child_pidfd is None and isinstance(child_pid, int):
+            try:
+                self.child_pidfd = os.pidfd_open(child_pid)
+            except ProcessLookupError:
+                pass
+            if self.killed_at is not None:
+                self._signal_child()
+
+    def _take_lines(self) -> None:
+        state = self.state
+        buffer = self.stdout_buffer
+        while state.killed_for is None:
+            end = buffer.find(b"\n")
+            if (end < 0 and len(buffer) > self.limits.message_bytes) or (
+                end > self.limits.message_bytes
+            ):
+                self.kill("message_size")
+                return
+            if end < 0:
+                return
+            line = bytes(buffer[:end])
+            del buffer[: end + 1]
+            if state.final is not None:
+                # Anything printed after the final message is ignored.
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError:
+                message = None
+            if not isinstance(message, dict):
+                if line.strip():
+                    state.dropped_lines += 1
+                continue
+            state.messages += 1
+            if message.get("kind") in FINAL_KINDS:
+                state.final = message
+                self.final_at = time.monotonic()
+                self._close_stdin()
+                continue
+            begun = time.monotonic()
+            reply = self.on_message(message)
+            # Host time is not the tool's time, up to the budget.
+            credit = min(time.monotonic() - begun, self.host_budget)
+            self.host_budget -= credit
+            self.deadline += credit
+            if reply is not None:
+                self.send(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
+
+    # -- ending
+
+    def kill(self, reason: str) -> None:
+        if self.state.killed_for is None and self.state.final is None:
+            self.state.killed_for = reason
+        if self.killed_at is not None:
+            return
+        self.killed_at = time.monotonic()
+        self._close_stdin()
+        if self.child_pidfd is not None:
+            self._signal_child()
+        else:
+            self._signal_bwrap()
+
+    def _signal_child(self) -> None:
+        assert self.child_pidfd is not None
+        try:
+            signal.pidfd_send_signal(self.child_pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def _signal_bwrap(self) -> None:
+        if self.process.returncode is None:
+            try:
+                signal.pidfd_send_signal(self.bwrap_pidfd, signal.SIGKILL)
+            except (ProcessLookupError, OSError):
+                pass
+
+    def _reap(self) -> None:
+        if self.process.returncode is not None:
+            return
+        _, status, self.usage = os.wait4(self.process.pid, 0)
+        self.process.returncode = os.waitstatus_to_exitcode(status)
+        # Pick up a status document written just before bubblewrap exited.
+        while "status" in self.open_streams:
+            chunk = self._read(self.status_fd, "status")
+            if not chunk:
+                break
+            self.status_buffer += chunk
+        self.bwrap_status = _parse_json_documents(self.status_buffer)
+
+    def close(self) -> None:
+        """Leave nothing running and nothing open, whatever happened before."""
+        if self.process.returncode is None:
+            self.kill("aborted")
+            self._signal_bwrap()
+            self._reap()
+        self.selector.close()
+        for fd in (self.bwrap_pidfd, self.child_pidfd):
+            if fd is not None:
+                os.close(fd)
+        self.child_pidfd = None
+        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _parse_json_documents(data: bytes | bytearray) -> dict:
+    """Merge the concatenated JSON documents bubblewrap writes on its status descriptor."""
+    merged: dict = {}
+    decoder = json.JSONDecoder()
+    text = bytes(data).decode("utf-8", "replace")
+    position = 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position >= len(text):
+            return merged
+        try:
+            document, position = decoder.raw_decode(text, position)
+        except ValueError:
+            return merged
+        if isinstance(document, dict):
+            merged.update(document)
+
+
+# Python-level traces of a limit, as they appear in a traceback or on stderr.
+_ERROR_MARKS = (
+    ("MemoryError", "memory"),
+    ("[Errno 12] Cannot allocate memory", "memory"),
+    ("[Errno 27] File too large", "file_size"),
+    ("[Errno 28] No space left on device", "tmp_space"),
+    ("BlockingIOError: [Errno 11]", "processes"),
+)
+
+
+def _classify(
+    *,
+    state: _RunState,
+    exit_code: int | None,
+    stderr_tail: str,
+    oom: bool,
+    pids_hit: bool,
+    cpu_ms: int | None,
+    limits: Limits,
+) -> tuple[str, str | None, tuple[str, ...]]:
+    """Turn what was observed into (status, limit, every limit seen to be reached)."""
+    hit: list[str] = []
+    if state.killed_for in ("wall_time", "output", "message_size"):
+        hit.append(state.killed_for)
+    if oom:
+        hit.append("memory")
+    if (
+        state.killed_for is None
+        and exit_code == 128 + signal.SIGKILL
+        and cpu_ms is not None
+        and cpu_ms >= limits.cpu_seconds * 1000 - 50
+    ):
+        # Nobody on the host killed it and it used its whole CPU budget: RLIMIT_CPU did.
+        hit.append("cpu_time")
+    if exit_code == 128 + signal.SIGXFSZ:
+        hit.append("file_size")
+    if pids_hit:
+        hit.append("processes")
+    error_text = _error_text(state.final, stderr_tail)
+    hit += [name for mark, name in _ERROR_MARKS if mark in error_text]
+    hit = list(dict.fromkeys(hit))
+
+    if state.killed_for == "wall_time":
+        return "timed_out", "wall_time", tuple(hit)
+    if state.killed_for in ("output", "message_size"):
+        return "limit_exceeded", state.killed_for, tuple(hit)
+    if state.final is not None:
+        # A final error caused by a limit is still the limit's fault; the final message is
+        # kept so its traceback can be shown.
+        if state.final.get("kind") == "error" and hit:
+            return "limit_exceeded", hit[0], tuple(hit)
+        return "ok", None, tuple(hit)
+    if hit:
+        return "limit_exceeded", hit[0], tuple(hit)
+    return "crashed", None, tuple(hit)
+
+
+def _error_text(final: dict | None, stderr_tail: str) -> str:
+    """The text in which a Python-level limit error would show up."""
+    if final is None:
+        return stderr_tail
+    if final.get("kind") != "error":
+        return ""
+    return json.dumps(final)

@@ -1,0 +1,568 @@
+"""Static checks of an uploaded toolkit file.
+
+The file is only read as text and through `ast`: nothing imports, compiles or runs the uploaded code,
+because its author is treated as hostile. No Django imports, so views, the API, commands and tests can
+share this module.
+
+Frontmatter: `openwebui_frontmatter` re-implements Open WebUI's `extract_frontmatter` rule by rule
+(first `splitlines` line stripped must be exactly three double quotes; later lines are read until one
+*contains* them; `^\\s*([a-z_]+):\\s*(.*)\\s*$`, case-insensitive, key case kept, value stripped,
+last duplicate wins). `parse_frontmatter` reads the docstring body with the same rules, so both agree
+on every file Open WebUI accepts; before the opening line it also skips a BOM, a shebang, comments and
+blank lines, and it accepts `'''` (then a line containing `'''` ends it). Not accepted, on
+purpose: text on the opening line and string prefixes (`r\"\"\"`), because a prose docstring such as
+`\"\"\"Note: slow.\"\"\"` would turn into metadata. `licence` becomes `license` in
+`ParsedToolkit.manifest` only.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+import unicodedata
+import warnings
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from packaging.requirements import InvalidRequirement
+from packaging.requirements import Requirement as _PackagingRequirement
+from packaging.utils import canonicalize_name
+
+MAX_SOURCE_BYTES = 512 * 1024
+
+_KEY_LINE = re.compile(r"^\s*([a-z_]+):\s*(.*)\s*$", re.IGNORECASE)
+_OPENERS = ('"""', "'''")
+_KEY_ALIASES = {"licence": "license"}
+_URL_SCHEME = re.compile(r"^[a-z][a-z0-9+.\-]*://", re.IGNORECASE)
+_PATH_START = re.compile(r"^(file:|[./\\]|~(?!=)|[a-z]:[\\/])", re.IGNORECASE)
+_ARCHIVES = (".whl", ".zip", ".tar", ".gz", ".tgz", ".bz2", ".tbz", ".xz", ".txz")
+_SPECIFIER_START = re.compile(r"^(===|==|!=|~=|<=|>=|<|>)")
+_URL_IN_TEXT = re.compile(r"https?://[^\s'\"<>\\]+", re.IGNORECASE)
+_BY_NAME = "List packages by name and version, such as `requests>=2`."
+_PROPERTIES = {"property", "cached_property", "setter", "getter", "deleter"}
+_Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+@dataclass(frozen=True)
+class SourceError:
+    """One problem with an uploaded file; `line` and `column` are 1-based."""
+
+    message: str
+    line: int | None = None
+    column: int | None = None
+    field: str = "source"
+    # A stable name of the check (such as "too_large") for the API and for tests.
+    code: str = ""
+
+
+class ToolkitSourceInvalid(Exception):
+    """Every problem found: those without a line first, then in line order."""
+
+    def __init__(self, errors: list[SourceError]) -> None:
+        self.errors = sorted(errors, key=lambda e: (e.line or 0, e.column or 0))
+        super().__init__("; ".join(e.message for e in self.errors))
+
+
+@dataclass(frozen=True)
+class Requirement:
+    name: str
+    specifier: str
+    text: str
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class ParsedToolkit:
+    """What the static checks learnt. `kind` is "openwebui" (`class Tools`) or "ragflow"; `tool_names`
+    are the public methods of `Tools` in source order, or a plugin's literal metadata name (else its
+    class name in snake case); `imports` and `hosts` (of http(s) URLs in non-docstring literals) are
+    hints for reviewing network egress, not a guarantee."""
+
+    kind: str
+    source: str
+    sha256: str
+    manifest: dict[str, str]
+    title: str
+    description: str
+    author: str
+    version: str
+    requirements: list[Requirement]
+    tool_names: list[str]
+    has_valves: bool
+    has_user_valves: bool
+    class_name: str
+    plugin_version: str | None
+    imports: list[str]
+    hosts: list[str]
+    suggested_slug: str
+    # The source line of each manifest key (after aliasing), so pages can point at it.
+    manifest_lines: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    key: str
+    value: str
+    line: int
+    column: int  # Where the value starts.
+
+
+@dataclass(frozen=True)
+class _Found:
+    kind: str
+    cls: ast.ClassDef
+    tool_names: list[str]
+    plugin_version: str | None = None
+    plugin_description: str = ""
+
+
+class _Report:
+    """Collects errors and turns `ast` positions into the columns people count."""
+
+    def __init__(self, source: str) -> None:
+        self.lines = source.split("\n")
+        self.errors: list[SourceError] = []
+
+    def add(self, code: str, message: str, node: ast.stmt | None = None) -> None:
+        line = column = None
+        if node is not None:
+            # `ast` counts columns in UTF-8 bytes; an editor counts characters.
+            line, prefix = node.lineno, self.lines[node.lineno - 1].encode()
+            column = len(prefix[: node.col_offset].decode("utf-8", "ignore")) + 1
+        self.errors.append(SourceError(message, line, column, code=code))
+
+
+# -- Frontmatter --------------------------------------------------------------------------
+
+
+def openwebui_frontmatter(source: str) -> dict[str, str]:
+    """Open WebUI's frontmatter reading, rule for rule: the reference of parity tests."""
+    lines = source.splitlines()
+    if not lines or lines[0].strip() != '"""':
+        return {}
+    result: dict[str, str] = {}
+    for line in lines[1:]:
+        if '"""' in line:
+            break
+        match = _KEY_LINE.match(line)
+        if match:
+            result[match.group(1).strip()] = match.group(2).strip()
+    return result
+
+
+def parse_frontmatter(source: str) -> dict[str, str]:
+    """Open WebUI's rules, plus `'''` and a BOM, shebang or comments before the docstring."""
+    return {entry.key: entry.value for entry in _frontmatter_entries(source)}
+
+
+def _pieces(source: str) -> list[tuple[str, int, int, bool]]:
+    """Cut lines as `str.splitlines` does (like Open WebUI), keeping Python's real lines.
+
+    `splitlines` also cuts at form feeds, `\\x1c`-`\\x1e`, NEL and U+2028/9, which end no
+    line for Python or an editor. Each piece carries its real line, the column where it
+    starts and whether it ends a real line, so errors point at the line a person sees.
+    """
+    pieces = []
+    line, column = 1, 0
+    for raw in source.splitlines(keepends=True):
+        ends_line = raw.endswith(("\n", "\r"))
+        pieces.append((raw.splitlines()[0], line, column, ends_line))
+        line, column = (line + 1, 0) if ends_line else (line, column + len(raw))
+    return pieces
+
+
+def _frontmatter_entries(source: str) -> list[_Entry]:
+    pieces = _pieces(source)
+    start, in_comment = None, False
+    for index, (text, _line, _column, ends_line) in enumerate(pieces):
+        stripped = (text.removeprefix("\ufeff") if index == 0 else text).strip()
+        if in_comment or stripped.startswith("#"):
+            # A comment runs to the real end of its line, even past a form feed.
+            in_comment = not ends_line
+            continue
+        if stripped:
+            start = index if stripped in _OPENERS else None
+            break
+    if start is None:
+        return []
+    closer = pieces[start][0].strip()
+    entries = []
+    for text, line, column, _ends_line in pieces[start + 1 :]:
+        if closer in text:
+            break
+        match = _KEY_LINE.match(text)
+        if match:
+            key, value = match.group(1).strip(), match.group(2).strip()
+            entries.append(_Entry(key, value, line, column + match.start(2) + 1))
+    return entries
+
+
+# -- Requirements -------------------------------------------------------------------------
+
+
+def _parse_requirements(entry: _Entry, errors: list[SourceError]) -> list[Requirement]:
+    requirements = []
+    offset = 0
+    for raw in entry.value.split(","):
+        token = raw.strip()
+        column = entry.column + offset + len(raw) - len(raw.lstrip())
+        offset += len(raw) + 1
+        if not token:
+            # An empty token (from `a, b,` or an empty `requirements:`) asks for
+            # nothing, so it is skipped rather than refused.
+            continue
+        problem, code = _requirement_problem(token)
+        if problem:
+            message = f"`{token}` in `requirements:` on line {entry.line} {problem}"
+            errors.append(SourceError(message, entry.line, column, code=code))
+            continue
+        parsed = _PackagingRequirement(token)
+        name, specifier = canonicalize_name(parsed.name), str(parsed.specifier)
+        requirements.append(Requirement(name, specifier, str(parsed), entry.line))
+    return requirements
+
+
+def _requirement_problem(token: str) -> tuple[str, str]:
+    """Why a requirements token is refused and the error code, or two empty strings."""
+    if token.startswith("-"):
+        why = "is a pip option, not a requirement. Indexes and other pip options are"
+        return f"{why} settings of ToolHub, never of a toolkit.", "requirement_option"
+    if _PATH_START.match(token):
+        return f"is a file path. {_BY_NAME}", "requirement_path"
+    if _URL_SCHEME.match(token) or "://" in token:
+        return f"is a URL. {_BY_NAME}", "requirement_url"
+    if token.lower().endswith(_ARCHIVES):
+        return f"is a file path. {_BY_NAME}", "requirement_path"
+    try:
+        parsed = _PackagingRequirement(token)
+    except InvalidRequirement as exc:
+        if "/" in token or "\\" in token:
+            return f"is a file path. {_BY_NAME}", "requirement_path"
+        why = f"is not a valid requirement: {str(exc).splitlines()[0].rstrip('.')}."
+        if _SPECIFIER_START.match(token):
+            why += (
+                " Requirements are separated by commas, so a range like `>=4,<5` is"
+                " cut in two; write it as one clause, such as `~=4.0`."
+            )
+        return why, "requirement_invalid"
+    if parsed.url:
+        return f"points at a URL (`{parsed.url}`). {_BY_NAME}", "requirement_url"
+    return "", ""
+
+
+# -- Decoding and parsing -----------------------------------------------------------------
+
+
+def parse_toolkit_source(data: bytes | str, *, filename: str | None = None) -> ParsedToolkit:
+    """Check a toolkit without running it; raise `ToolkitSourceInvalid` listing problems.
+
+    The returned `source` is the decoded text without a leading byte order mark and with
+    each `\\r\\n` or lone `\\r` turned into `\\n`. Python reads files the same way, so the
+    code means the same, and a file uploaded from disk and the same text pasted in a
+    browser (which submits `\\r\\n`) get the same `sha256`.
+    """
+    source = _decode(data)
+    report = _Report(source)
+
+    manifest: dict[str, str] = {}
+    manifest_lines: dict[str, int] = {}
+    requirements_entry = None
+    for entry in _frontmatter_entries(source):
+        key = _KEY_ALIASES.get(entry.key, entry.key)
+        manifest[key] = entry.value
+        manifest_lines[key] = entry.line
+        if key == "requirements":
+            # The last `requirements:` line wins, as every duplicate key does.
+            requirements_entry = entry
+    requirements = []
+    if requirements_entry:
+        requirements = _parse_requirements(requirements_entry, report.errors)
+
+    # The class checks need a syntax tree; frontmatter errors are listed either way.
+    tree = _parse_python(source, filename, report)
+    found = _find_toolkit_class(tree, report) if tree else None
+    if report.errors or tree is None or found is None:
+        raise ToolkitSourceInvalid(report.errors)
+
+    cls = found.cls
+    stem = _filename_stem(filename)
+    title = manifest.get("title") or stem or cls.name
+    # A `$t:` title is a translation key, a poor slug; the file or class name is better.
+    slug_source = (stem or cls.name) if title.startswith("$t:") else title
+    nested = {node.name for node in cls.body if isinstance(node, ast.ClassDef)}
+    # One walk serves both lists: walking a 512 KiB file's tree takes most of a second.
+    nodes = list(ast.walk(tree))
+    return ParsedToolkit(
+        kind=found.kind,
+        source=source,
+        sha256=hashlib.sha256(source.encode("utf-8")).hexdigest(),
+        manifest=manifest,
+        title=title,
+        description=manifest.get("description") or found.plugin_description,
+        author=manifest.get("author", ""),
+        version=manifest.get("version") or found.plugin_version or "",
+        requirements=requirements,
+        tool_names=found.tool_names,
+        has_valves="Valves" in nested,
+        has_user_valves="UserValves" in nested,
+        class_name=cls.name,
+        plugin_version=found.plugin_version,
+        imports=_imports(nodes),
+        hosts=_hosts(nodes),
+        suggested_slug=slugify(slug_source),
+        manifest_lines=manifest_lines,
+    )
+
+
+def _refuse(code: str, message: str, line: int | None = None, column: int | None = None) -> ToolkitSourceInvalid:
+    return ToolkitSourceInvalid([SourceError(message, line, column, code=code)])
+
+
+def _line_column(text: str, index: int) -> tuple[int, int]:
+    """1-based line and column of a character index in text whose lines end with `\\n`."""
+    return text.count("\n", 0, index) + 1, index - text.rfind("\n", 0, index)
+
+
+def _decode(data: bytes | str) -> str:
+    if isinstance(data, str):
+        # Lone surrogates cannot come from a real file; `surrogatepass` lets the UTF-8
+        # check below report them like any other bad byte instead of crashing here.
+        data = data.encode("utf-8", "surrogatepass")
+    size = len(data)
+    if size > MAX_SOURCE_BYTES:
+        message = f"The file is {size:,} bytes ({size / 1024:.1f} KiB); the limit is 512 KiB"
+        message += f" ({MAX_SOURCE_BYTES:,} bytes)."
+        raise _refuse("too_large", message)
+    try:
+        source = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        before = _normalise(data[: exc.start].decode("utf-8").removeprefix("\ufeff"))
+        line, column = _line_column(before, len(before))
+        bad = data[exc.start]
+        message = f"The file is not valid UTF-8: byte {bad:#04x} at byte offset {exc.start} (line {line}, column"
+        message += f" {column}) cannot be decoded. Save the file as UTF-8 and upload it again."
+        raise _refuse("not_utf8", message, line, column) from None
+    source = _normalise(source.removeprefix("\ufeff"))
+    if "\x00" in source:
+        line, column = _line_column(source, source.index("\x00"))
+        message = f"The file contains a NUL byte at line {line}, column {column}; Python source cannot."
+        raise _refuse("nul_byte", message, line, column)
+    return source
+
+
+def _normalise(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _parse_python(source: str, filename: str | None, report: _Report) -> ast.Module | None:
+    try:
+        # Parsing may warn, e.g. about invalid escape sequences. Those are the author's
+        # business: they must not fill the server log or become errors under `-W error`.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.parse(source, filename=filename or "<toolkit>")
+    except SyntaxError as exc:
+        line, column = exc.lineno, exc.offset
+        where = f" at line {line}, column {column}" if line and column else ""
+        message = f"Syntax error{where}: {exc.msg}."
+        report.errors.append(SourceError(message, line, column, code="syntax"))
+    except (MemoryError, RecursionError):
+        # CPython's parser gives up on very deeply nested code with one of these.
+        report.add("syntax", "The code is nested too deeply to parse.")
+    return None
+
+
+# -- The toolkit class --------------------------------------------------------------------
+
+
+def _is_plugin_base(base: ast.expr) -> bool:
+    name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+    return name == "LLMToolPlugin"
+
+
+def _find_toolkit_class(tree: ast.Module, report: _Report) -> _Found | None:
+    """Find `class Tools` (Open WebUI) or an `LLMToolPlugin` subclass (RAGFlow)."""
+    classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+    tools = [node for node in classes if node.name == "Tools"]
+    if tools:
+        # As in Python, the last definition of the name is the one that counts.
+        cls = tools[-1]
+        names = _public_methods(cls)
+        if not names:
+            message = f"`class Tools` on line {cls.lineno} has no public methods, so the toolkit offers no tools."
+            report.add("no_tools", f"{message} Each method whose name does not start with `_` is a tool.", cls)
+        return _Found("openwebui", cls, names)
+    plugins = [node for node in classes if any(map(_is_plugin_base, node.bases))]
+    if len(plugins) > 1:
+        second = plugins[1]
+        message = f"`class {second.name}` on line {second.lineno} is a second LLMToolPlugin subclass;"
+        message += f" a toolkit has one (`{plugins[0].name}`)."
+        report.add("several_plugins", message, second)
+    if plugins:
+        return _check_plugin(plugins[0], report)
+    _missing_tools(tree, report)
+    return None
+
+
+def _missing_tools(tree: ast.Module, report: _Report) -> None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "Tools":
+            message = f"`class Tools` on line {node.lineno} is inside another block; it must be at the top level."
+            report.add("no_tools_class", message, node)
+            return
+    for node in tree.body:
+        bound: list[str] = []
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound = [target.id for target in targets if isinstance(target, ast.Name)]
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound = [alias.asname or alias.name for alias in node.names]
+        if "Tools" in bound:
+            message = f"`Tools` on line {node.lineno} is not made by a class statement. ToolHub reads toolkits"
+            message += " without running them, so it needs `class Tools:` at module level."
+            report.add("no_tools_class", message, node)
+            return
+    message = "No `class Tools` at module level, and no class deriving from `LLMToolPlugin`. An Open WebUI"
+    report.add("no_tools_class", f"{message} toolkit defines `class Tools:`, whose public methods are its tools.")
+
+
+def _decorator_names(function: _Function) -> set[str]:
+    return {
+        node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "") for node in function.decorator_list
+    }
+
+
+def _public_methods(cls: ast.ClassDef) -> list[str]:
+    """Public method names where each first appears in the class body (as in its dict).
+
+    Properties are left out: Open WebUI would find their value, not a callable.
+    """
+    names: list[str] = []
+    for node in cls.body:
+        if (
+            isinstance(node, _Function)
+            and not node.name.startswith("_")
+            and not _decorator_names(node) & _PROPERTIES
+            and node.name not in names
+        ):
+            names.append(node.name)
+    return names
+
+
+def _check_plugin(cls: ast.ClassDef, report: _Report) -> _Found:
+    version = None
+    methods: dict[str, _Function] = {}
+    for node in cls.body:
+        if isinstance(node, _Function):
+            methods[node.name] = node
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "_version_" for t in targets):
+                version = node
+    where = f"RAGFlow plugin `{cls.name}` (line {cls.lineno})"
+    example = 'such as `_version_ = "1.0.0"`'
+    plugin_version = _literal(version.value) if version else None
+    if version is None:
+        message = f"{where} has no `_version_`; RAGFlow requires one, {example}."
+        report.add("plugin_version", message, cls)
+    elif plugin_version is None:
+        message = f"`_version_` of {where} on line {version.lineno} must be a string literal, {example}."
+        report.add("plugin_version", message, version)
+    metadata = methods.get("get_metadata")
+    if metadata is None:
+        report.add("plugin_metadata", f"{where} has no `get_metadata` classmethod.", cls)
+    elif not _decorator_names(metadata) & {"classmethod", "staticmethod"}:
+        message = f"`get_metadata` of {where} on line {metadata.lineno} must be a `@classmethod`: RAGFlow"
+        message += " calls it on the class."
+        report.add("plugin_metadata", message, metadata)
+    if "invoke" not in methods:
+        report.add("plugin_invoke", f"{where} has no `invoke` method.", cls)
+    literals = _metadata_literals(metadata) if metadata else {}
+    name = literals.get("name") or _snake_case(cls.name)
+    description = literals.get("description", "")
+    return _Found("ragflow", cls, [name], plugin_version, description)
+
+
+def _metadata_literals(function: _Function) -> dict[str, str]:
+    """String literals in the dict display that `get_metadata` returns, if it has one."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+            pairs = zip(node.value.keys, node.value.values, strict=True)
+            literals = {_literal(key): _literal(value) for key, value in pairs}
+            return {k: v for k, v in literals.items() if k and v is not None}
+    return {}
+
+
+def _literal(node: ast.expr | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def _snake_case(name: str) -> str:
+    name = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    return re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", name).lower()
+
+
+# -- Facts for later review ---------------------------------------------------------------
+
+
+def _imports(nodes: list[ast.AST]) -> list[str]:
+    """Top-level module names imported anywhere, also dynamically by a literal name."""
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and node.args:
+            func, name = node.func, _literal(node.args[0])
+            dynamic = (isinstance(func, ast.Name) and func.id == "__import__") or (
+                isinstance(func, ast.Attribute) and func.attr == "import_module"
+            )
+            if dynamic and name and not name.startswith("."):
+                names.add(name.split(".")[0])
+    return sorted(names)
+
+
+def _hosts(nodes: list[ast.AST]) -> list[str]:
+    """Hosts of http(s) URLs in string literals, except docstrings (documentation)."""
+    docstrings = set()
+    for node in nodes:
+        if isinstance(node, ast.Module | ast.ClassDef | _Function) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                docstrings.add(id(first.value))
+    hosts = set()
+    for node in nodes:
+        if not isinstance(node, ast.Constant) or id(node) in docstrings:
+            continue
+        if not isinstance(node.value, str):
+            continue
+        for match in _URL_IN_TEXT.finditer(node.value):
+            try:
+                host = urlsplit(match.group(0)).hostname
+            except ValueError:
+                continue
+            if host:
+                hosts.add(host)
+    return sorted(hosts)
+
+
+# -- Names --------------------------------------------------------------------------------
+
+
+def _filename_stem(filename: str | None) -> str:
+    if not filename:
+        return ""
+    # Browsers send a bare name, but some old ones send a whole Windows path.
+    name = filename.replace("\\", "/").rsplit("/", 1)[-1]
+    return name.removesuffix(".py").strip()
+
+
+def slugify(text: str) -> str:
+    """A slug of `[a-z0-9_]`, at most 64 characters, never empty (then "toolkit")."""
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+    return slug[:64].rstrip("_") or "toolkit"

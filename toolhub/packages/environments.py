@@ -1,0 +1,71 @@
+"""Django-side glue for toolhub.lib.environments: settings in, a revision's lock and
+environment out."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from django.conf import settings
+
+from toolhub.lib import environments as envlib
+from toolhub.toolkits.models import Revision
+
+
+def index_settings() -> envlib.IndexSettings:
+    return envlib.IndexSettings(
+        index_url=settings.TOOLHUB_INDEX_URL or None,
+        extra_index_urls=tuple(settings.TOOLHUB_EXTRA_INDEX_URLS),
+        find_links=tuple(settings.TOOLHUB_FIND_LINKS),
+        no_index=settings.TOOLHUB_NO_INDEX,
+        cert=settings.TOOLHUB_INDEX_CERT or None,
+    )
+
+
+def timeouts() -> envlib.Timeouts:
+    return envlib.Timeouts(
+        total_seconds=settings.TOOLHUB_BUILD_TIMEOUT, silence_seconds=settings.TOOLHUB_BUILD_SILENCE_TIMEOUT
+    )
+
+
+def environments_root() -> Path:
+    root = Path(settings.TOOLHUB_ENVIRONMENTS_DIR)
+    root.mkdir(parents=True, exist_ok=True, mode=0o755)
+    return root
+
+
+class BuildLog:
+    """Collects build output and writes it to the revision at most a few times a second,
+    so the Environment tab can show it while the build runs."""
+
+    def __init__(self, revision: Revision, interval: float = 0.5):
+        self.revision_id = revision.pk
+        self.lines: list[str] = [revision.build_log] if revision.build_log else []
+        self.interval = interval
+        self._flushed = 0.0
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line.rstrip("\n"))
+        if time.monotonic() - self._flushed > self.interval:
+            self.flush()
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def flush(self) -> None:
+        self._flushed = time.monotonic()
+        Revision.objects.filter(pk=self.revision_id).update(build_log=self.text[-200_000:])
+
+
+def ensure_revision_environment(revision: Revision, log=None) -> Path:
+    """Build (or reuse) the environment for a revision's stored lock. Any worker host
+    calls this before running a revision, so hosts need no shared disk."""
+    return envlib.ensure_environment(
+        lock=revision.lock,
+        root=environments_root(),
+        interpreter=settings.TOOLHUB_INTERPRETER,
+        index=index_settings(),
+        log=log or (lambda line: None),
+        timeouts=timeouts(),
+    )

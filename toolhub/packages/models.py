@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class Approval(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    APPROVED = "approved", _("Approved")
+    REJECTED = "rejected", _("Rejected")
+
+
+class Package(models.Model):
+    """One Python package name (PEP 503-normalised) and the admin's decision on it."""
+
+    name = models.CharField(max_length=200, unique=True)
+    status = models.CharField(max_length=16, choices=Approval.choices, default=Approval.PENDING)
+    constraint = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PackageRequest(models.Model):
+    """A revision asking for a package, with the specifier it wrote. `transitive` marks
+    names found only in the lock (when the transitive-approval setting is on)."""
+
+    package = models.ForeignKey(Package, on_delete=models.CASCADE, related_name="requests")
+    revision = models.ForeignKey("toolkits.Revision", on_delete=models.CASCADE, related_name="package_requests")
+    specifier = models.CharField(max_length=200, blank=True)
+    transitive = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["package", "revision"], name="package_request_unique"),
+        ]
+
+
+class Decision(models.Model):
+    package = models.ForeignKey(Package, on_delete=models.CASCADE, related_name="decisions")
+    status = models.CharField(max_length=16, choices=Approval.choices)
+    constraint = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    decided_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-decided_at"]

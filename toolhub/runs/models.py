@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", _("Queued")
+    RUNNING = "running", _("Running")
+    AWAITING_INPUT = "awaiting_input", _("Awaiting input")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+    TIMED_OUT = "timed_out", _("Timed out")
+
+
+FINISHED = {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT}
+
+
+class Invocation(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    toolkit = models.ForeignKey("toolkits.Toolkit", on_delete=models.CASCADE, related_name="invocations")
+    revision = models.ForeignKey("toolkits.Revision", on_delete=models.CASCADE, related_name="invocations")
+    tool = models.CharField(max_length=200)
+    arguments = models.JSONField(default=dict)
+    # Advanced inputs of a test run (Open WebUI's __messages__ and __files__).
+    messages = models.JSONField(default=list, blank=True)
+    files = models.JSONField(default=list, blank=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="invocations")
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    result = models.JSONField(null=True, blank=True)
+    result_type = models.CharField(max_length=10, blank=True)
+    error = models.TextField(blank=True)
+    # Shown only to the toolkit's owner and admins.
+    traceback = models.TextField(blank=True)
+    limit = models.CharField(max_length=20, blank=True)
+    cpu_ms = models.PositiveIntegerField(null=True, blank=True)
+    max_rss_kb = models.PositiveIntegerField(null=True, blank=True)
+    # The pending __event_call__ (if any) and the answer given to it.
+    pending_call = models.JSONField(null=True, blank=True)
+    call_answer = models.JSONField(null=True, blank=True)
+    egress = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["toolkit", "tool", "-created_at"]), models.Index(fields=["status"])]
+
+    def get_absolute_url(self) -> str:
+        return reverse("invocation_detail", args=[self.id])
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def duration_ms(self) -> int | None:
+        if self.started_at and self.finished_at:
+            return int((self.finished_at - self.started_at).total_seconds() * 1000)
+        return None
+
+
+class Event(models.Model):
+    invocation = models.ForeignKey(Invocation, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=40)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [models.UniqueConstraint(fields=["invocation", "seq"], name="event_seq_unique")]

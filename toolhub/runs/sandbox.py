@@ -1,0 +1,55 @@
+"""Django-side glue for toolhub.lib.sandbox: where sources and the runtime live on this
+host, and the limits from settings."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.conf import settings
+
+from toolhub.lib import sandbox as sandboxlib
+from toolhub.toolkits.models import Revision
+
+RUNTIME_SRC = Path(__file__).resolve().parent.parent / "runtime"
+
+
+def limits() -> sandboxlib.Limits:
+    return sandboxlib.Limits(
+        cpu_seconds=settings.TOOLHUB_SANDBOX_CPU_SECONDS,
+        wall_seconds=settings.TOOLHUB_SANDBOX_WALL_SECONDS,
+        memory_bytes=settings.TOOLHUB_SANDBOX_MEMORY_MB << 20,
+        output_bytes=settings.TOOLHUB_SANDBOX_OUTPUT_MB << 20,
+    )
+
+
+def source_file(revision: Revision) -> Path:
+    """Write the revision's source where the sandbox user can read it. The file is named
+    by its hash and written atomically, so a half-written file is never bound."""
+    directory = Path(settings.DATA_DIR) / "sources"
+    directory.mkdir(parents=True, exist_ok=True, mode=0o755)
+    path = directory / f"{revision.sha256}.py"
+    if not path.is_file():
+        tmp = directory / f".{revision.sha256}.{os.getpid()}.tmp"
+        tmp.write_text(revision.source, encoding="utf-8")
+        tmp.chmod(0o644)
+        os.replace(tmp, path)
+    return path
+
+
+def runtime_dir() -> Path:
+    return sandboxlib.ensure_runtime_copy(runtime_src=RUNTIME_SRC, data_dir=Path(settings.DATA_DIR))
+
+
+def run(*, revision: Revision, env_dir: Path, request: dict, on_message, limits_=None, extra_binds=()):
+    return sandboxlib.run_sandboxed(
+        interpreter_env=env_dir,
+        runtime_dir=runtime_dir(),
+        source_path=source_file(revision),
+        request=request,
+        limits=limits_ or limits(),
+        on_message=on_message,
+        sandbox_user=settings.TOOLHUB_SANDBOX_USER,
+        bwrap=settings.TOOLHUB_BWRAP,
+        extra_binds=extra_binds,
+    )

@@ -1,0 +1,111 @@
+"""Starting and answering invocations."""
+
+from __future__ import annotations
+
+import time
+
+import jsonschema
+from django.conf import settings
+from django.utils import timezone
+from kombu.exceptions import OperationalError
+
+from toolhub.runs.models import FINISHED, Invocation, RunStatus
+from toolhub.toolkits.models import Status, Toolkit
+
+
+class InvocationRejected(Exception):
+    """Carries the HTTP status the API answers with and a list of (message, field)."""
+
+    def __init__(self, status: int, errors: list[tuple[str, str | None]]):
+        super().__init__(errors[0][0] if errors else "")
+        self.status = status
+        self.errors = errors
+
+
+def tool_spec(revision, tool: str) -> dict | None:
+    for spec in revision.tools or []:
+        if spec.get("function", {}).get("name") == tool:
+            return spec["function"]
+    return None
+
+
+def check_arguments(parameters: dict, arguments: object) -> list[tuple[str, str | None]]:
+    """Validate arguments against a tool's JSON schema; one error per offending field."""
+    if not isinstance(arguments, dict):
+        return [("arguments must be a JSON object", "arguments")]
+    validator = jsonschema.Draft202012Validator(parameters or {"type": "object"})
+    errors = []
+    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path)):
+        if error.validator == "required":
+            missing = error.message.split("'")[1] if "'" in error.message else None
+            errors.append(("This field is required.", missing))
+        else:
+            field = str(error.path[0]) if error.path else None
+            errors.append((error.message, field))
+    return errors
+
+
+def not_ready_reason(toolkit: Toolkit) -> str:
+    revision = toolkit.current_revision
+    if revision is None:
+        return "The toolkit has no revision."
+    hints = {
+        Status.AWAITING_APPROVAL: "It is waiting for an admin to approve its packages.",
+        Status.BUILDING: "Its environment is being built; try again in a moment.",
+        Status.FAILED: "Its last build failed; see the Environment tab and retry.",
+        Status.REJECTED: "An admin rejected one of its packages.",
+        Status.UPLOADED: "It has not been built yet.",
+    }
+    detail = f" ({revision.status_detail})" if revision.status_detail else ""
+    return f"The toolkit is not ready: {hints.get(revision.status, revision.status)}{detail}"
+
+
+def invocation_create(
+    *, toolkit: Toolkit, tool: str, arguments: object, user, messages=None, files=None
+) -> Invocation:
+    revision = toolkit.current_revision
+    if revision is None or revision.status != Status.READY:
+        raise InvocationRejected(409, [(not_ready_reason(toolkit), None)])
+    spec = tool_spec(revision, tool)
+    if spec is None:
+        raise InvocationRejected(404, [(f"The toolkit has no tool named {tool!r}.", "tool")])
+    errors = check_arguments(spec.get("parameters") or {}, arguments)
+    if errors:
+        raise InvocationRejected(400, errors)
+    invocation = Invocation.objects.create(
+        toolkit=toolkit, revision=revision, tool=tool, arguments=arguments, user=user,
+        messages=messages or [], files=files or [],
+    )
+    from toolhub.runs.tasks import run_invocation
+
+    try:
+        run_invocation.apply_async((str(invocation.id),), retry=False)
+    except (OperationalError, OSError) as exc:
+        # Nothing may stay queued forever: a call no broker accepted ends here.
+        Invocation.objects.filter(pk=invocation.pk).update(
+            status=RunStatus.FAILED, error="No worker could take the invocation (the broker is unavailable).",
+            finished_at=timezone.now(),
+        )
+        raise InvocationRejected(503, [("No worker is available to run tools right now; try again later.", None)]) from exc
+    return invocation
+
+
+def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocation:
+    """Poll until the invocation finishes, waits for input, or the wait limit passes."""
+    deadline = time.monotonic() + (settings.TOOLHUB_INVOKE_WAIT_SECONDS if seconds is None else seconds)
+    delay = 0.02
+    while time.monotonic() < deadline:
+        invocation.refresh_from_db()
+        if invocation.status in FINISHED or invocation.status == RunStatus.AWAITING_INPUT:
+            break
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.25)
+    return invocation
+
+
+def invocation_respond(*, invocation: Invocation, value) -> None:
+    updated = Invocation.objects.filter(
+        pk=invocation.pk, status=RunStatus.AWAITING_INPUT, call_answer__isnull=True
+    ).update(call_answer={"value": value})
+    if not updated:
+        raise InvocationRejected(409, [("The invocation is not waiting for an answer.", None)])

@@ -1,0 +1,217 @@
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from toolhub.lib import environments as envlib
+from toolhub.lib import sandbox as sandboxlib
+from toolhub.packages.environments import ensure_revision_environment
+from toolhub.runs import sandbox
+from toolhub.runs.models import Event, Invocation, RunStatus
+from toolhub.toolkits.models import Revision, Status
+from toolhub.toolkits.services import revision_became_ready
+from toolhub.toolkits.valves import load_values
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 2.0
+# A running invocation whose worker has not beaten for this long is dead.
+DEAD_AFTER_SECONDS = 20.0
+
+
+@shared_task(acks_late=True)
+def introspect_revision(revision_id: int) -> None:
+    revision = Revision.objects.filter(pk=revision_id).first()
+    if revision is None or revision.status != Status.BUILDING:
+        return
+    try:
+        env_dir = ensure_revision_environment(revision)
+        final: dict = {}
+        outcome = sandbox.run(
+            revision=revision, env_dir=env_dir, request={"op": "introspect", "source_path": "/opt/toolkit/toolkit.py"},
+            on_message=lambda message: None,
+        )
+        final = outcome.final or {}
+    except (envlib.BuildFailed, sandboxlib.SandboxUnavailable) as exc:
+        _fail(revision, str(getattr(exc, "reason", exc)))
+        return
+    if final.get("kind") != "introspection":
+        error = final.get("error") or _outcome_reason(outcome) or "the toolkit could not be loaded"
+        _fail(revision, f"Loading the toolkit failed: {error}", traceback=final.get("traceback", outcome.stderr_tail))
+        return
+    revision.tools = final.get("tools") or []
+    revision.valves_schema = final.get("valves_schema")
+    revision.user_valves_schema = final.get("user_valves_schema")
+    revision.plugin_metadata = final.get("ragflow")
+    revision.traceback = ""
+    revision.set_status(Status.READY, "")
+    revision.save()
+    revision_became_ready(revision=revision)
+
+
+def _fail(revision: Revision, reason: str, traceback: str = "") -> None:
+    revision.traceback = traceback or ""
+    revision.set_status(Status.FAILED, reason)
+    revision.save(update_fields=["traceback", "status", "status_detail", "status_changed_at"])
+
+
+def _outcome_reason(outcome) -> str:
+    if outcome.status == "timed_out":
+        return "the sandbox ran out of time"
+    if outcome.status == "limit_exceeded":
+        return f"a sandbox limit was hit ({outcome.limit})"
+    if outcome.status == "crashed":
+        return f"the sandbox process ended unexpectedly (exit code {outcome.exit_code})"
+    return ""
+
+
+class _Recorder:
+    """Receives the runtime's messages for one invocation: stores events as they arrive,
+    answers __event_call__ requests from the database, and keeps the heartbeat."""
+
+    def __init__(self, invocation: Invocation):
+        self.invocation = invocation
+        self.seq = invocation.events.count()
+        self.beat = time.monotonic()
+
+    def __call__(self, message: dict) -> dict | None:
+        kind = message.get("kind")
+        if kind == "event":
+            event = message.get("event") or {}
+            self._store(str(event.get("type", ""))[:40], event.get("data"))
+        elif kind == "call":
+            return self._ask(message)
+        self._heartbeat()
+        return None
+
+    def _store(self, type_: str, data) -> None:
+        self.seq += 1
+        Event.objects.create(invocation=self.invocation, seq=self.seq, type=type_, data=data if data is not None else {})
+
+    def _heartbeat(self, force: bool = False) -> None:
+        if force or time.monotonic() - self.beat > HEARTBEAT_SECONDS:
+            self.beat = time.monotonic()
+            Invocation.objects.filter(pk=self.invocation.pk).update(heartbeat_at=timezone.now())
+
+    def _ask(self, message: dict) -> dict:
+        call_id = message.get("call_id")
+        event = message.get("event") or {}
+        Invocation.objects.filter(pk=self.invocation.pk).update(
+            status=RunStatus.AWAITING_INPUT, pending_call=event, call_answer=None
+        )
+        deadline = time.monotonic() + settings.TOOLHUB_EVENT_CALL_TIMEOUT
+        answer = None
+        while time.monotonic() < deadline:
+            row = Invocation.objects.filter(pk=self.invocation.pk).values("call_answer").first()
+            if row and row["call_answer"] is not None:
+                answer = row["call_answer"]
+                break
+            self._heartbeat()
+            time.sleep(0.1)
+        Invocation.objects.filter(pk=self.invocation.pk).update(
+            status=RunStatus.RUNNING, pending_call=None, call_answer=None, heartbeat_at=timezone.now()
+        )
+        if answer is None:
+            self._store("call_timeout", {"call": event, "seconds": settings.TOOLHUB_EVENT_CALL_TIMEOUT})
+            return {"kind": "call_result", "call_id": call_id, "error": "timed out waiting for an answer"}
+        self._store("call_answered", {"call": event})
+        return {"kind": "call_result", "call_id": call_id, "value": answer.get("value")}
+
+
+@shared_task(acks_late=True)
+def run_invocation(invocation_id: str) -> None:
+    with transaction.atomic():
+        invocation = (
+            Invocation.objects.select_for_update().select_related("revision", "toolkit", "user")
+            .filter(pk=invocation_id).first()
+        )
+        if invocation is None or invocation.is_finished:
+            return
+        if invocation.status != RunStatus.QUEUED:
+            # Redelivered after a worker died mid-run: tools may have side effects, so
+            # the call is not run twice.
+            _finish(invocation, RunStatus.FAILED, error="The worker running this invocation stopped before it finished.")
+            return
+        invocation.status = RunStatus.RUNNING
+        invocation.started_at = invocation.heartbeat_at = timezone.now()
+        invocation.save(update_fields=["status", "started_at", "heartbeat_at"])
+    revision = invocation.revision
+    user = invocation.user
+    request = {
+        "op": "invoke",
+        "source_path": "/opt/toolkit/toolkit.py",
+        "tool": invocation.tool,
+        "arguments": invocation.arguments,
+        "valves": load_values(toolkit=invocation.toolkit) if revision.valves_schema else None,
+        "user_valves": load_values(toolkit=invocation.toolkit, user=user) if revision.user_valves_schema else None,
+        "user": {"id": str(user.pk), "name": user.get_full_name() or user.username, "email": user.email,
+                 "role": "admin" if user.is_staff else "user"},
+        "metadata": {"toolkit": invocation.toolkit.slug, "revision": revision.number, "invocation": str(invocation.id)},
+        "messages": invocation.messages,
+        "files": invocation.files,
+        "model": None,
+        "id": str(invocation.id),
+        "call_timeout": settings.TOOLHUB_EVENT_CALL_TIMEOUT,
+    }
+    try:
+        env_dir = ensure_revision_environment(revision)
+        outcome = sandbox.run(revision=revision, env_dir=env_dir, request=request, on_message=_Recorder(invocation))
+    except envlib.BuildFailed as exc:
+        _finish(invocation, RunStatus.FAILED, error=f"The toolkit's environment could not be built: {exc.reason}")
+        return
+    except sandboxlib.SandboxUnavailable as exc:
+        _finish(invocation, RunStatus.FAILED, error=str(exc))
+        return
+    except Exception as exc:  # noqa: BLE001 - an accepted invocation must always end
+        logger.exception("invocation %s crashed in the worker", invocation_id)
+        _finish(invocation, RunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
+        return
+    del request
+    final = outcome.final or {}
+    usage = {"cpu_ms": outcome.cpu_ms, "max_rss_kb": outcome.max_rss_kb}
+    if outcome.status == "timed_out":
+        _finish(invocation, RunStatus.TIMED_OUT, error=f"The tool ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s and was stopped.", limit=outcome.limit or "wall_time", **usage)
+    elif outcome.status == "limit_exceeded":
+        _finish(invocation, RunStatus.FAILED, error=f"The tool hit a sandbox limit ({outcome.limit}) and was stopped.", limit=outcome.limit or "", **usage)
+    elif final.get("kind") == "result":
+        _finish(invocation, RunStatus.SUCCEEDED, result=final.get("result"), result_type=final.get("result_type", "text"), **usage)
+    elif final.get("kind") == "error":
+        _finish(invocation, RunStatus.FAILED, error=final.get("error") or "The tool failed.", traceback=final.get("traceback", ""), **usage)
+    else:
+        _finish(invocation, RunStatus.FAILED, error=_outcome_reason(outcome) or "The tool ended without a result.", traceback=outcome.stderr_tail, **usage)
+
+
+def _finish(invocation: Invocation, status: str, **fields) -> None:
+    fields.setdefault("finished_at", timezone.now())
+    Invocation.objects.filter(pk=invocation.pk).exclude(
+        status__in=[RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT]
+    ).update(status=status, pending_call=None, **fields)
+
+
+@shared_task
+def reap_stale_work() -> dict:
+    """Ends work whose worker died: running invocations without a recent heartbeat,
+    invocations no worker picked up, and builds that stopped making progress."""
+    now = timezone.now()
+    dead = Invocation.objects.filter(
+        status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT],
+        heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS),
+    )
+    n_dead = dead.update(status=RunStatus.FAILED, finished_at=now, pending_call=None,
+                         error="The worker running this invocation stopped before it finished.")
+    stale_after = timedelta(seconds=settings.TOOLHUB_STALE_AFTER_SECONDS)
+    n_unclaimed = Invocation.objects.filter(status=RunStatus.QUEUED, created_at__lt=now - stale_after).update(
+        status=RunStatus.FAILED, finished_at=now, error="No worker picked this invocation up in time."
+    )
+    build_limit = timedelta(seconds=settings.TOOLHUB_BUILD_TIMEOUT + 120)
+    n_builds = Revision.objects.filter(status=Status.BUILDING, status_changed_at__lt=now - build_limit).update(
+        status=Status.FAILED, status_changed_at=now,
+        status_detail="The build was interrupted (its worker stopped); press Retry to build again.",
+    )
+    return {"invocations": n_dead + n_unclaimed, "builds": n_builds}

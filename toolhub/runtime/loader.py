@@ -1,0 +1,118 @@
+"""Load a toolkit file, tell which kind it is, and introspect it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from . import specs
+
+# The toolkit runs as this module, so that pydantic, pickle and typing can find it.
+MODULE_NAME = "toolhub_toolkit"
+# RAGFlow plugin files import their base class from here; the shim provides it.
+RAGFLOW_MODULE = "agent.plugin.llm_tool_plugin"
+SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
+
+
+class InvalidToolkit(Exception):
+    """The file loads but is neither an Open WebUI toolkit nor a RAGFlow plugin."""
+
+
+@dataclass
+class Toolkit:
+    kind: str  # "openwebui" or "ragflow"
+    module: types.ModuleType
+    cls: type  # the `Tools` class, or the LLMToolPlugin subclass
+
+    def model(self, name: str) -> type[BaseModel] | None:
+        """The nested `Valves` or `UserValves` model of a `Tools` class, if any."""
+        value = getattr(self.cls, name, None) if self.kind == "openwebui" else None
+        return value if isinstance(value, type) and issubclass(value, BaseModel) else None
+
+
+def load(source_path: str) -> Toolkit:
+    # Appended, not prepended: the shim's `agent` package must not shadow a real
+    # distribution of that name that a toolkit installed for its own use.
+    if SHIM_DIR not in sys.path:
+        sys.path.append(SHIM_DIR)
+    with open(source_path, "rb") as file:
+        source = file.read()
+    module = types.ModuleType(MODULE_NAME)
+    module.__file__ = source_path
+    sys.modules[MODULE_NAME] = module
+    # Compiled with its real path, so tracebacks show the toolkit's own lines.
+    exec(compile(source, source_path, "exec"), module.__dict__)  # noqa: S102 - in the sandbox.
+    kind, cls = _find_class(module)
+    return Toolkit(kind=kind, module=module, cls=cls)
+
+
+def _find_class(module: types.ModuleType) -> tuple[str, type]:
+    tools = module.__dict__.get("Tools")
+    if isinstance(tools, type):
+        return "openwebui", tools
+    shim = sys.modules.get(RAGFLOW_MODULE)
+    plugins = [
+        value
+        for value in module.__dict__.values()
+        if shim is not None
+        and isinstance(value, type)
+        and issubclass(value, shim.LLMToolPlugin)
+        and value.__module__ == module.__name__
+    ]
+    if len(plugins) == 1:
+        if not getattr(plugins[0], "_version_", None):
+            raise InvalidToolkit(f"RAGFlow plugin {plugins[0].__name__} has no _version_")
+        return "ragflow", plugins[0]
+    if plugins:
+        names = ", ".join(plugin.__name__ for plugin in plugins)
+        raise InvalidToolkit(f"a RAGFlow plugin file must define one LLMToolPlugin, not {names}")
+    raise InvalidToolkit("no `class Tools` and no LLMToolPlugin subclass at module level")
+
+
+def introspect(source_path: str) -> dict[str, Any]:
+    toolkit = load(source_path)
+    if toolkit.kind == "ragflow":
+        metadata = toolkit.cls.get_metadata()
+        return {
+            "kind": "introspection",
+            "kind_of_toolkit": "ragflow",
+            "tools": [ragflow_spec(metadata)],
+            "valves_schema": None,
+            "user_valves_schema": None,
+            "ragflow": {**metadata, "version": str(toolkit.cls._version_)},
+        }
+    functions = specs.tool_functions(toolkit.cls())
+    valves, user_valves = toolkit.model("Valves"), toolkit.model("UserValves")
+    return {
+        "kind": "introspection",
+        "kind_of_toolkit": "openwebui",
+        "tools": [specs.tool_spec(name, function) for name, function in functions.items()],
+        "valves_schema": valves.model_json_schema() if valves else None,
+        "user_valves_schema": user_valves.model_json_schema() if user_valves else None,
+        "ragflow": None,
+    }
+
+
+def ragflow_spec(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAI function spec RAGFlow itself derives from a plugin's metadata."""
+    parameters = metadata.get("parameters") or {}
+    return {
+        "type": "function",
+        "function": {
+            "name": metadata["name"],
+            "description": metadata.get("description", ""),
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    name: {"type": param.get("type"), "description": param.get("description", "")}
+                    for name, param in parameters.items()
+                },
+                "required": [name for name, param in parameters.items() if param.get("required")],
+            },
+        },
+    }

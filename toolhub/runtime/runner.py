@@ -1,0 +1,54 @@
+"""Answer the one request the host sends.
+
+Protocol: line-delimited JSON, UTF-8, one object per line.
+
+The host writes one request line on stdin:
+    {"op": "introspect", "source_path": "/opt/toolkit/toolkit.py"}
+    {"op": "invoke", "source_path": ..., "tool": "name", "arguments": {...},
+     "valves": {...} | null, "user_valves": {...} | null,
+     "user": {"id", "name", "email", "role"}, "metadata": {...}, "messages": [...],
+     "files": [...], "model": ... | null, "id": "...", "call_timeout": 60}
+
+The runtime writes, on its original stdout:
+    {"kind": "event", "event": {"type": T, "data": D}}     for each __event_emitter__ call
+    {"kind": "call", "call_id": n, "event": {"type": T, "data": D}}  for __event_call__;
+        the host answers on stdin with {"kind": "call_result", "call_id": n, "value": ...}
+        or {"kind": "call_result", "call_id": n, "error": "timed out"}
+and exactly one final line, after which the process exits:
+    {"kind": "result", "result": ..., "result_type": "text" | "json"}
+    {"kind": "introspection", "kind_of_toolkit": "openwebui" | "ragflow", "tools": [...],
+     "valves_schema": {...} | null, "user_valves_schema": {...} | null,
+     "ragflow": {...} | null}
+    {"kind": "error", "error": "ExcType: one-line message", "traceback": "..."}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .channel import Channel, ProtocolError, error_message
+
+
+def main() -> None:
+    channel = Channel.from_stdio()
+    try:
+        message = _answer(channel.read_request(), channel)
+    except BaseException as exc:  # noqa: BLE001 - toolkit code may raise even SystemExit.
+        message = error_message(exc)
+    channel.finish(message)
+
+
+def _answer(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    # Imported here, not at the top, so that a broken environment (no pydantic, say)
+    # still ends in an error line rather than a silent crash.
+    from . import invoke, loader
+
+    op = request.get("op")
+    source_path = request.get("source_path")
+    if not isinstance(source_path, str):
+        raise ProtocolError("the request has no source_path")
+    if op == "introspect":
+        return loader.introspect(source_path)
+    if op == "invoke":
+        return invoke.invoke(request, channel)
+    raise ProtocolError(f"unknown op {op!r}")

@@ -1,0 +1,190 @@
+"""Tool specs for Open WebUI toolkits: which methods are tools, and their JSON schemas.
+
+The `parameters` schema must equal what Open WebUI stores for the same file. Open WebUI
+builds a pydantic model from each method (type hints, defaults, reST `:param` lines),
+takes its JSON schema, inlines every `$ref`, and drops the generated titles. That
+pipeline is rebuilt here step by step, with two deliberate additions (see DESIGN.md):
+Google-style `Args:` descriptions, and `Annotated[..., Field(...)]` metadata, which Open
+WebUI loses because it reads type hints without their extras.
+
+The same pydantic model validates the arguments of a call, so that what the form and the
+LLM are told is exactly what the tool accepts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import BaseModel, Field, create_model
+from pydantic.fields import FieldInfo
+
+_REST_PARAM = re.compile(r":param (\w+):\s*(.+)")
+_DESCRIPTION_END = re.compile(r":param|:return|(Args|Arguments):$")
+_GOOGLE_ARGS_HEADER = re.compile(r"(Args|Arguments):$")
+_GOOGLE_ARG = re.compile(r"\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)")
+
+
+class ToolSpecError(Exception):
+    """A tool's signature cannot be turned into a JSON schema."""
+
+
+def tool_functions(instance: object) -> dict[str, Callable[..., Any]]:
+    """The tools of a `Tools` instance, by name.
+
+    Like Open WebUI: every callable attribute of the instance that is not a class, in
+    dir() order. Stricter than Open WebUI, which only skips dunder names: a name with a
+    leading underscore is private and never a tool.
+    """
+    functions = {}
+    for name in dir(instance):
+        if name.startswith("_"):
+            continue
+        value = getattr(instance, name)
+        if callable(value) and not inspect.isclass(value):
+            functions[name] = value
+    return functions
+
+
+def tool_spec(name: str, function: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        parameters = parameters_schema(function)
+    except Exception as exc:
+        raise ToolSpecError(f"tool {name!r}: {exc}") from exc
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": describe(function.__doc__),
+            "parameters": parameters,
+        },
+    }
+
+
+def describe(docstring: str | None) -> str:
+    """The docstring up to its first `:param`, `:return` or `Args:` line."""
+    if not docstring:
+        return ""
+    lines = []
+    for line in docstring.strip().splitlines():
+        line = line.strip()
+        if _DESCRIPTION_END.match(line):
+            break
+        lines.append(line)
+    return "\n".join(lines).strip()
+
+
+def parameters_schema(function: Callable[..., Any]) -> dict[str, Any]:
+    model, _ = arguments_model(function)
+    schema = model.model_json_schema()
+    schema = _inline_refs(schema, schema.pop("$defs", {}), frozenset())
+    schema.pop("title", None)
+    schema.pop("description", None)
+    return _drop_titles(schema)
+
+
+def arguments_model(function: Callable[..., Any]) -> tuple[type[BaseModel], dict[str, str]]:
+    """A pydantic model of the parameters a caller may pass, and field name → parameter.
+
+    Fields get neutral names and the parameter name as alias: pydantic refuses fields
+    named like its own attributes (`model_config`), and the schema and validation errors
+    use the alias anyway. Parameters with a leading underscore are left out: dunder
+    names are injected by the runtime, and pydantic ignores the others in Open WebUI.
+    """
+    hints = typing.get_type_hints(function, include_extras=True)
+    docs = param_docs(function.__doc__)
+    fields: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for index, (name, param) in enumerate(inspect.signature(function).parameters.items()):
+        if name.startswith("_") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        hint = hints.get(name, Any)
+        field: dict[str, Any] = {"alias": name}
+        if name in docs:
+            field["description"] = docs[name]
+        if isinstance(param.default, FieldInfo):
+            # `x: int = Field(3, description=...)` works in Open WebUI; keep its metadata.
+            hint = Annotated[hint, param.default]
+        elif param.default is not param.empty:
+            field["default"] = param.default
+        fields[f"p{index}"] = (hint, Field(**field))
+        names[f"p{index}"] = name
+    return create_model(getattr(function, "__name__", "tool"), **fields), names
+
+
+def param_docs(docstring: str | None) -> dict[str, str]:
+    """Parameter descriptions: reST `:param x:` lines win over a Google `Args:` section."""
+    if not docstring:
+        return {}
+    docs = _google_args(docstring)
+    for line in docstring.splitlines():
+        match = _REST_PARAM.match(line.strip())
+        if match:
+            docs[match.group(1)] = match.group(2)
+    return {name: text for name, text in docs.items() if not name.startswith("__")}
+
+
+def _google_args(docstring: str) -> dict[str, str]:
+    """Descriptions from an `Args:` section: `name (type): text`, continued when indented."""
+    docs: dict[str, str] = {}
+    section_indent = entry_indent = None
+    current = None
+    for line in inspect.cleandoc(docstring).splitlines():
+        text = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if section_indent is None:
+            if _GOOGLE_ARGS_HEADER.match(text):
+                section_indent = indent
+            continue
+        if not text:
+            continue
+        if indent <= section_indent:
+            break
+        if entry_indent is None:
+            entry_indent = indent
+        if indent == entry_indent:
+            match = _GOOGLE_ARG.fullmatch(text)
+            current = match.group(1) if match else None
+            if match:
+                docs[current] = match.group(2)
+        elif current is not None:
+            docs[current] = f"{docs[current]} {text}".strip()
+    return {name: text for name, text in docs.items() if text}
+
+
+def _inline_refs(node: Any, defs: dict[str, Any], seen: frozenset[str]) -> Any:
+    """Replace each `$ref` by its definition, keeping (and preferring) sibling keys.
+
+    This is what Open WebUI's converter does. A reference inside its own definition
+    (a recursive model) is dropped, leaving only its siblings.
+    """
+    if isinstance(node, list):
+        return [_inline_refs(item, defs, seen) for item in node]
+    if not isinstance(node, dict):
+        return node
+    result: dict[str, Any] = {}
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref not in seen:
+        target = defs.get(ref.removeprefix("#/$defs/"), {})
+        result.update(_inline_refs(target, defs, seen | {ref}))
+    for key, value in node.items():
+        if key != "$ref":
+            result[key] = _inline_refs(value, defs, seen)
+    return result
+
+
+def _drop_titles(node: dict[str, Any], parent_key: str = "") -> dict[str, Any]:
+    """Drop generated `title`s the way Open WebUI's converter does.
+
+    A key `title` is kept only when it is a property called "title". Like the original,
+    this walks nested objects but not lists, so the members of an `anyOf` keep theirs.
+    """
+    result = {}
+    for key, value in node.items():
+        if key == "title" and not (isinstance(value, dict) and parent_key == "properties"):
+            continue
+        result[key] = _drop_titles(value, key) if isinstance(value, dict) else value
+    return result

@@ -1,0 +1,225 @@
+"""ToolHub settings. Everything comes from the environment (django-environ); a file of
+`KEY=value` lines at $TOOLHUB_ENV_FILE (default: <data dir>/toolhub.env, which `make run`
+writes on a fresh machine) is read first, and real environment variables win over it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext_lazy as _
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+# DATA DIRECTORY
+# ------------------------------------------------------------------------------
+# Everything ToolHub writes (SQLite file, environments, runtime copy, embedded broker
+# queue, wheelhouse) lives here. The sandbox user must be able to traverse it.
+DATA_DIR = Path(env.str("TOOLHUB_DATA_DIR", default=str(BASE_DIR / ".data"))).resolve()
+os.makedirs(DATA_DIR, mode=0o755, exist_ok=True)
+
+_env_file = Path(env.str("TOOLHUB_ENV_FILE", default=str(DATA_DIR / "toolhub.env")))
+if _env_file.is_file():
+    environ.Env.read_env(_env_file, overwrite=False)
+
+# GENERAL
+# ------------------------------------------------------------------------------
+DEBUG = env.bool("DEBUG", default=False)
+TESTING = env.bool("TOOLHUB_TESTING", default=False)
+if DEBUG or TESTING:
+    SECRET_KEY = env.str("SECRET_KEY", default="insecure-development-key-only-for-debug-and-tests")
+else:
+    try:
+        SECRET_KEY = env.str("SECRET_KEY")
+    except ImproperlyConfigured as exc:
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set when DEBUG is off. Generate one with: "
+            "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+        ) from exc
+
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "toolhub.accounts",
+    "toolhub.toolkits",
+    "toolhub.packages",
+    "toolhub.runs",
+    "toolhub.api",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "toolhub.urls"
+WSGI_APPLICATION = "toolhub.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# DATABASE
+# ------------------------------------------------------------------------------
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'toolhub.sqlite3'}")}
+DATABASES["default"]["ATOMIC_REQUESTS"] = False
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The web server and the embedded worker share one SQLite file: wait for locks
+    # instead of failing at once.
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # A file, not memory, so a worker process started by the tests shares the test database.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# AUTH
+# ------------------------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "toolkit_list"
+LOGOUT_REDIRECT_URL = "login"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+# I18N
+# ------------------------------------------------------------------------------
+LANGUAGE_CODE = "en"
+LANGUAGES = [
+    ("en", _("English")),
+    ("fr", _("French")),
+    ("pl", _("Polish")),
+    ("tr", _("Turkish")),
+    ("zh-hans", _("Simplified Chinese")),
+]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+USE_I18N = True
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+# STATIC FILES
+# ------------------------------------------------------------------------------
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+WHITENOISE_USE_FINDERS = True
+
+# SECURITY
+# ------------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
+
+# ENCRYPTION AT REST
+# ------------------------------------------------------------------------------
+# A comma-separated list of Fernet keys: the first encrypts, all decrypt. Checked at
+# start-up by toolhub.toolkits.apps (a missing or malformed key stops ToolHub).
+TOOLHUB_ENCRYPTION_KEYS = env.str("TOOLHUB_ENCRYPTION_KEYS", default="")
+
+# CELERY
+# ------------------------------------------------------------------------------
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+else:
+    # One machine, nothing else installed: kombu's filesystem transport is a real broker
+    # that needs no server.
+    _broker_dir = DATA_DIR / "broker"
+    for _folder in ("queue", "processed"):
+        os.makedirs(_broker_dir / _folder, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+        "polling_interval": 0.1,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = 60 * 60
+CELERY_TASK_SOFT_TIME_LIMIT = 60 * 55
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ROUTES = {
+    "toolhub.packages.tasks.*": {"queue": "builds"},
+    "toolhub.runs.tasks.*": {"queue": "sandbox"},
+}
+CELERY_BEAT_SCHEDULE = {
+    "reap-stale-work": {"task": "toolhub.runs.tasks.reap_stale_work", "schedule": 30.0},
+}
+
+# PACKAGES AND ENVIRONMENTS
+# ------------------------------------------------------------------------------
+TOOLHUB_INTERPRETER = env.str("TOOLHUB_INTERPRETER", default="/usr/bin/python3.11")
+TOOLHUB_ENVIRONMENTS_DIR = DATA_DIR / "environments"
+TOOLHUB_INDEX_URL = env.str("TOOLHUB_INDEX_URL", default="")
+TOOLHUB_EXTRA_INDEX_URLS = env.list("TOOLHUB_EXTRA_INDEX_URLS", default=[])
+TOOLHUB_FIND_LINKS = env.list("TOOLHUB_FIND_LINKS", default=[])
+TOOLHUB_NO_INDEX = env.bool("TOOLHUB_NO_INDEX", default=False)
+# A CA bundle for the index (an intranet mirror, or a proxy that inspects TLS).
+TOOLHUB_INDEX_CERT = env.str("TOOLHUB_INDEX_CERT", default=os.environ.get("SSL_CERT_FILE", ""))
+TOOLHUB_BUILD_TIMEOUT = env.float("TOOLHUB_BUILD_TIMEOUT", default=900.0)
+TOOLHUB_BUILD_SILENCE_TIMEOUT = env.float("TOOLHUB_BUILD_SILENCE_TIMEOUT", default=300.0)
+TOOLHUB_APPROVE_TRANSITIVE = env.bool("TOOLHUB_APPROVE_TRANSITIVE", default=False)
+
+# SANDBOX
+# ------------------------------------------------------------------------------
+TOOLHUB_BWRAP = env.str("TOOLHUB_BWRAP", default="bwrap")
+TOOLHUB_SANDBOX_USER = env.str("TOOLHUB_SANDBOX_USER", default="toolhub-sandbox")
+TOOLHUB_SANDBOX_WALL_SECONDS = env.float("TOOLHUB_SANDBOX_WALL_SECONDS", default=30.0)
+TOOLHUB_SANDBOX_CPU_SECONDS = env.int("TOOLHUB_SANDBOX_CPU_SECONDS", default=10)
+TOOLHUB_SANDBOX_MEMORY_MB = env.int("TOOLHUB_SANDBOX_MEMORY_MB", default=1024)
+TOOLHUB_SANDBOX_OUTPUT_MB = env.int("TOOLHUB_SANDBOX_OUTPUT_MB", default=8)
+TOOLHUB_EVENT_CALL_TIMEOUT = env.float("TOOLHUB_EVENT_CALL_TIMEOUT", default=120.0)
+TOOLHUB_INVOKE_WAIT_SECONDS = env.float("TOOLHUB_INVOKE_WAIT_SECONDS", default=30.0)
+# An invocation still queued or running this long after it was accepted is failed by
+# the reaper (the worker that had it died).
+TOOLHUB_STALE_AFTER_SECONDS = env.float("TOOLHUB_STALE_AFTER_SECONDS", default=300.0)
+
+# LOGGING
+# ------------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}
+

@@ -1,0 +1,25 @@
+"""Settings for the test suite: test defaults first, then the real settings. Variables set
+in the environment (CI's DATABASE_URL and REDIS_URL) win over these defaults, and worker
+processes the tests start inherit them."""
+
+import os
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("TOOLHUB_TESTING", "1")
+# Under /tmp, so the unprivileged sandbox user can traverse it wherever the checkout lives.
+os.environ.setdefault("TOOLHUB_DATA_DIR", "/tmp/toolhub-test-data")
+os.environ.setdefault("TOOLHUB_ENV_FILE", "/nonexistent")
+os.environ.setdefault("TOOLHUB_ENCRYPTION_KEYS", "k0TA1fW4Wk2s3kX0Zr6Cz9Gm4t1sR8hL2bQ5yE7uN0o=")
+os.environ.setdefault("TOOLHUB_FIND_LINKS", str(_REPO / ".data" / "wheelhouse"))
+os.environ.setdefault("TOOLHUB_NO_INDEX", "1")
+# Playwright's sync API runs an event loop in the test thread; the ORM calls the tests make
+# around it are still synchronous.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+os.environ["DJANGO_SETTINGS_MODULE"] = "toolhub.settings_test"
+
+from toolhub.settings import *  # noqa: E402,F403
+from toolhub.settings import DATA_DIR  # noqa: E402
+
+os.chmod(DATA_DIR, 0o755)
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

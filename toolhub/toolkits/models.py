@@ -1,0 +1,142 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class Status(models.TextChoices):
+    UPLOADED = "uploaded", _("Uploaded")
+    AWAITING_APPROVAL = "awaiting_approval", _("Awaiting approval")
+    BUILDING = "building", _("Building")
+    READY = "ready", _("Ready")
+    FAILED = "failed", _("Failed")
+    REJECTED = "rejected", _("Rejected")
+
+
+class Toolkit(models.Model):
+    slug = models.SlugField(max_length=64, unique=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="toolkits")
+    # The revision invocations use. A newer revision takes its place only once it is
+    # ready, so a failed build never takes down a working toolkit.
+    current_revision = models.ForeignKey(
+        "Revision", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Denormalised from the current revision for searching and listing without joins.
+    title = models.CharField(max_length=200)
+    author = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    # Network egress, granted by an admin.
+    egress_granted = models.BooleanField(default=False)
+    egress_hosts = models.JSONField(default=list, blank=True)
+    egress_granted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    egress_granted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["title", "slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def get_absolute_url(self) -> str:
+        return reverse("toolkit_detail", args=[self.slug])
+
+    @property
+    def status(self) -> str:
+        return self.current_revision.status if self.current_revision_id else Status.UPLOADED
+
+    def latest_revision(self) -> Revision | None:
+        return self.revisions.order_by("-number").first()
+
+
+class Revision(models.Model):
+    """One uploaded version of a toolkit's source. The source never changes after upload;
+    the lifecycle fields (status, lock, specs) are filled in by the workers."""
+
+    toolkit = models.ForeignKey(Toolkit, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    source = models.TextField()
+    sha256 = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, default="openwebui")
+    version = models.CharField(max_length=100, blank=True)
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    manifest = models.JSONField(default=dict)
+    requirements = models.JSONField(default=list)
+    tool_names = models.JSONField(default=list)
+    has_valves = models.BooleanField(default=False)
+    has_user_valves = models.BooleanField(default=False)
+    imports = models.JSONField(default=list)
+    hosts = models.JSONField(default=list)
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    status = models.CharField(max_length=32, choices=Status.choices, default=Status.UPLOADED)
+    status_detail = models.TextField(blank=True)
+    status_changed_at = models.DateTimeField(default=timezone.now)
+    lock = models.TextField(blank=True)
+    environment_key = models.CharField(max_length=64, blank=True)
+    build_log = models.TextField(blank=True)
+    # Shown only to the toolkit's owner and admins.
+    traceback = models.TextField(blank=True)
+    tools = models.JSONField(default=list)
+    valves_schema = models.JSONField(null=True, blank=True)
+    user_valves_schema = models.JSONField(null=True, blank=True)
+    plugin_metadata = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [models.UniqueConstraint(fields=["toolkit", "number"], name="revision_number_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.toolkit_id}#{self.number}"
+
+    def set_status(self, status: str, detail: str = "") -> None:
+        self.status = status
+        self.status_detail = detail
+        self.status_changed_at = timezone.now()
+
+    @property
+    def requirement_texts(self) -> list[str]:
+        return [r["text"] for r in self.requirements]
+
+
+class ValveSet(models.Model):
+    """The encrypted valve values of a toolkit: the admin's Valves (user is null) or one
+    user's UserValves. Values belong to the toolkit, not a revision, so they survive new
+    revisions."""
+
+    toolkit = models.ForeignKey(Toolkit, on_delete=models.CASCADE, related_name="valve_sets")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    ciphertext = models.TextField()
+    updated_at = models.DateTimeField(default=timezone.now)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["toolkit", "user"], name="valveset_unique_user"),
+            models.UniqueConstraint(
+                fields=["toolkit"], condition=models.Q(user__isnull=True), name="valveset_unique_admin"
+            ),
+        ]
+
+
+class Translation(models.Model):
+    toolkit = models.ForeignKey(Toolkit, on_delete=models.CASCADE, related_name="translations")
+    language = models.CharField(max_length=10)
+    key = models.CharField(max_length=200)
+    text = models.TextField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["toolkit", "language", "key"], name="translation_unique"),
+        ]

@@ -1,0 +1,50 @@
+"""Reads of toolkits, shaped for pages and the API."""
+
+from __future__ import annotations
+
+import difflib
+
+from django.db.models import Q, QuerySet
+from django.http import Http404
+
+from toolhub.toolkits.models import Revision, Toolkit
+
+
+def toolkit_list(*, user, query: str = "") -> QuerySet[Toolkit]:
+    qs = Toolkit.objects.select_related("current_revision", "owner")
+    if query:
+        qs = qs.filter(Q(title__icontains=query) | Q(author__icontains=query) | Q(slug__icontains=query))
+    return qs.order_by("title", "slug")
+
+
+def get_toolkit_for_user(*, user, slug: str) -> Toolkit:
+    """The one way pages and endpoints fetch a toolkit. Every signed-in user may see every
+    toolkit; what they may change is decided by toolhub.accounts.roles."""
+    if not user.is_authenticated:
+        raise Http404
+    toolkit = Toolkit.objects.select_related("current_revision", "owner").filter(slug=slug).first()
+    if toolkit is None:
+        raise Http404
+    return toolkit
+
+
+def revision_diff(*, a: Revision, b: Revision) -> list[tuple[str, str]]:
+    """A unified line diff as (css class, line) pairs."""
+    lines = difflib.unified_diff(
+        a.source.splitlines(), b.source.splitlines(),
+        fromfile=f"revision {a.number}", tofile=f"revision {b.number}", lineterm="", n=3,
+    )
+    out = []
+    for line in lines:
+        if line.startswith(("+++", "---")):
+            css = "file"
+        elif line.startswith("@@"):
+            css = "hunk"
+        elif line.startswith("+"):
+            css = "add"
+        elif line.startswith("-"):
+            css = "del"
+        else:
+            css = "ctx"
+        out.append((css, line))
+    return out

@@ -1,0 +1,148 @@
+"""Writes to toolkits and their revisions. Views, the API and commands call these; none of
+them imports or runs the uploaded code (the checks are static, see toolhub.lib.toolkit_source)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from toolhub.lib.toolkit_source import ParsedToolkit, SourceError, ToolkitSourceInvalid, parse_toolkit_source, slugify
+from toolhub.toolkits.models import Revision, Status, Toolkit
+
+SLUG_MAX = 64
+
+
+class SlugTaken(ToolkitSourceInvalid):
+    pass
+
+
+@dataclass(frozen=True)
+class UploadResult:
+    toolkit: Toolkit
+    revision: Revision
+    created: bool  # False when identical source was uploaded again
+
+
+def _slug_error(message: str) -> ToolkitSourceInvalid:
+    exc = ToolkitSourceInvalid([SourceError(message=message, field="slug")])
+    return exc
+
+
+def validate_slug(slug: str) -> str:
+    cleaned = slugify(slug)
+    if not slug or cleaned != slug or len(slug) > SLUG_MAX:
+        raise _slug_error(
+            f"The slug {slug!r} is not valid: use 1 to {SLUG_MAX} lowercase letters, digits and underscores."
+        )
+    return slug
+
+
+def _new_revision(*, toolkit: Toolkit, parsed: ParsedToolkit, user, number: int) -> Revision:
+    return Revision.objects.create(
+        toolkit=toolkit,
+        number=number,
+        source=parsed.source,
+        sha256=parsed.sha256,
+        kind=parsed.kind,
+        version=parsed.version,
+        title=parsed.title,
+        description=parsed.description,
+        manifest=parsed.manifest,
+        requirements=[{"name": r.name, "specifier": r.specifier, "text": r.text} for r in parsed.requirements],
+        tool_names=parsed.tool_names,
+        has_valves=parsed.has_valves,
+        has_user_valves=parsed.has_user_valves,
+        imports=parsed.imports,
+        hosts=parsed.hosts,
+        uploaded_by=user,
+    )
+
+
+def toolkit_create(*, source: bytes | str, user, slug: str | None = None, filename: str | None = None) -> UploadResult:
+    """Check the source and create a toolkit with its first revision. Raises
+    ToolkitSourceInvalid (with every problem found) and stores nothing on error."""
+    parsed = parse_toolkit_source(source, filename=filename)
+    slug = validate_slug(slug) if slug else parsed.suggested_slug
+    if Toolkit.objects.filter(slug=slug).exists():
+        raise _slug_error(f"A toolkit with the slug {slug!r} exists already; choose another slug.")
+    try:
+        with transaction.atomic():
+            toolkit = Toolkit.objects.create(slug=slug, owner=user, title=parsed.title, author=parsed.manifest.get("author", ""))
+            revision = _new_revision(toolkit=toolkit, parsed=parsed, user=user, number=1)
+            toolkit.current_revision = revision
+            toolkit.save(update_fields=["current_revision"])
+            _submit(revision)
+    except IntegrityError as exc:
+        # Two uploads raced for the same slug.
+        raise _slug_error(f"A toolkit with the slug {slug!r} exists already; choose another slug.") from exc
+    return UploadResult(toolkit=toolkit, revision=revision, created=True)
+
+
+def revision_upload(*, toolkit: Toolkit, source: bytes | str, user, filename: str | None = None) -> UploadResult:
+    """Add a revision to an existing toolkit. Identical source adds nothing and returns the
+    revision that already holds it."""
+    parsed = parse_toolkit_source(source, filename=filename)
+    with transaction.atomic():
+        toolkit = Toolkit.objects.select_for_update().get(pk=toolkit.pk)
+        latest = toolkit.revisions.order_by("-number").first()
+        same = toolkit.revisions.filter(sha256=parsed.sha256).order_by("-number").first()
+        if same is not None and latest is not None and same.pk == latest.pk:
+            return UploadResult(toolkit=toolkit, revision=same, created=False)
+        revision = _new_revision(
+            toolkit=toolkit, parsed=parsed, user=user, number=(latest.number + 1) if latest else 1
+        )
+        current = toolkit.current_revision
+        # A working revision stays current until its successor is ready.
+        if current is None or current.status != Status.READY:
+            toolkit.current_revision = revision
+            toolkit.title = revision.title
+            toolkit.author = revision.manifest.get("author", "")
+        toolkit.updated_at = timezone.now()
+        toolkit.save()
+        _submit(revision)
+    return UploadResult(toolkit=toolkit, revision=revision, created=True)
+
+
+def revision_became_ready(*, revision: Revision) -> None:
+    """Called by the workers: the newest ready revision becomes current, unless someone
+    rolled back to a later one in the meantime."""
+    with transaction.atomic():
+        toolkit = Toolkit.objects.select_for_update().select_related("current_revision").get(pk=revision.toolkit_id)
+        current = toolkit.current_revision
+        if current is None or current.status != Status.READY or current.number < revision.number:
+            toolkit.current_revision = revision
+            toolkit.title = revision.title
+            toolkit.author = revision.manifest.get("author", "")
+            toolkit.updated_at = timezone.now()
+            toolkit.save()
+
+
+def toolkit_rollback(*, toolkit: Toolkit, number: int) -> Revision:
+    revision = toolkit.revisions.filter(number=number).first()
+    if revision is None:
+        raise ToolkitSourceInvalid([SourceError(message=f"Revision {number} does not exist.", field="revision")])
+    toolkit.current_revision = revision
+    toolkit.title = revision.title
+    toolkit.author = revision.manifest.get("author", "")
+    toolkit.updated_at = timezone.now()
+    toolkit.save()
+    if revision.status in (Status.FAILED, Status.UPLOADED) or (
+        revision.status == Status.READY and not revision.environment_key
+    ):
+        _submit(revision)
+    return revision
+
+
+def toolkit_delete(*, toolkit: Toolkit) -> None:
+    with transaction.atomic():
+        Toolkit.objects.filter(pk=toolkit.pk).update(current_revision=None)
+        toolkit.delete()
+
+
+def _submit(revision: Revision) -> None:
+    # Imported here: the packages app decides whether a revision waits for approval or builds.
+    from toolhub.packages.services import revision_submit
+
+    revision_submit(revision=revision)

@@ -1,0 +1,209 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
+from toolhub.lib.highlight import highlight_python
+from toolhub.lib.toolkit_source import MAX_SOURCE_BYTES, SourceError, ToolkitSourceInvalid
+from toolhub.toolkits import selectors, services
+from toolhub.toolkits.models import Toolkit
+
+PAGE_SIZE = 20
+
+
+def _read_upload(request: HttpRequest) -> tuple[bytes | str | None, str | None]:
+    upload = request.FILES.get("file")
+    if upload is not None:
+        # Read one byte past the limit so the size check can say the file is too big
+        # without reading an arbitrarily large upload into memory.
+        return upload.read(MAX_SOURCE_BYTES + 1), upload.name
+    pasted = request.POST.get("source", "")
+    return (pasted if pasted.strip() else None), None
+
+
+def _source_with_errors(source, errors) -> list[dict]:
+    """Source lines with the errors that point at them, for showing errors in place."""
+    if isinstance(source, bytes):
+        source = source.decode("utf-8", errors="replace")
+    if not source or len(source) > MAX_SOURCE_BYTES:
+        return []
+    by_line: dict[int, list[str]] = {}
+    for error in errors:
+        if error.line:
+            by_line.setdefault(error.line, []).append(error.message)
+    lines = source.splitlines()
+    if not by_line:
+        return []
+    return [{"number": i, "text": text, "errors": by_line.get(i, [])} for i, text in enumerate(lines, start=1)]
+
+
+@login_required
+@require_GET
+def toolkit_list(request: HttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "").strip()[:200]
+    page = Paginator(selectors.toolkit_list(user=request.user, query=query), PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "toolkits/list.html", {"page": page, "query": query, "can_upload": can_upload(request.user)})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def toolkit_new(request: HttpRequest) -> HttpResponse:
+    if not can_upload(request.user):
+        return HttpResponseForbidden(_("You may not upload toolkits."))
+    ctx: dict = {"slug": request.POST.get("slug", "")}
+    if request.method == "POST":
+        source, filename = _read_upload(request)
+        if source is None:
+            ctx["errors"] = [SourceError(message=_("Choose a file or paste the source of a toolkit."))]
+        else:
+            try:
+                result = services.toolkit_create(
+                    source=source, user=request.user, slug=request.POST.get("slug", "").strip() or None, filename=filename
+                )
+            except ToolkitSourceInvalid as exc:
+                ctx["errors"] = exc.errors
+                ctx["listing"] = _source_with_errors(source, exc.errors)
+                if isinstance(source, str):
+                    ctx["pasted"] = source
+            else:
+                messages.success(request, _("Toolkit uploaded as revision %(n)s.") % {"n": result.revision.number})
+                return redirect(result.toolkit)
+    return render(request, "toolkits/new.html", ctx)
+
+
+def _detail_context(request: HttpRequest, toolkit: Toolkit, tab: str) -> dict:
+    revision = toolkit.current_revision
+    latest = toolkit.latest_revision()
+    return {
+        "toolkit": toolkit,
+        "revision": revision,
+        "latest": latest,
+        "tab": tab,
+        "can_manage": can_manage_toolkit(request.user, toolkit),
+        "is_admin": is_admin(request.user),
+    }
+
+
+@login_required
+@require_GET
+def toolkit_detail(request: HttpRequest, slug: str) -> HttpResponse:
+    toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
+    return render(request, "toolkits/overview.html", _detail_context(request, toolkit, "overview"))
+
+
+@login_required
+@require_GET
+def toolkit_source(request: HttpRequest, slug: str) -> HttpResponse:
+    toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
+    ctx = _detail_context(request, toolkit, "source")
+    shown = ctx["revision"]
+    if request.GET.get("revision"):
+        shown = toolkit.revisions.filter(number=_int(request.GET["revision"])).first()
+        if shown is None:
+            raise Http404
+    ctx["shown"] = shown
+    ctx["highlighted"] = highlight_python(shown.source) if shown else ""
+    return render(request, "toolkits/source.html", ctx)
+
+
+@login_required
+@require_GET
+def toolkit_revisions(request: HttpRequest, slug: str) -> HttpResponse:
+    toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
+    ctx = _detail_context(request, toolkit, "revisions")
+    ctx["revisions"] = toolkit.revisions.select_related("uploaded_by").defer("source", "build_log", "lock")
+    return render(request, "toolkits/revisions.html", ctx)
+
+
+def _int(value: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise Http404 from None
+
+
+@login_required
+@require_GET
+def toolkit_diff(request: HttpRequest, slug: str) -> HttpResponse:
+    toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
+    a = toolkit.revisions.filter(number=_int(request.GET.get("a"))).first()
+    b = toolkit.revisions.filter(number=_int(request.GET.get("b"))).first()
+    if a is None or b is None:
+        raise Http404
+    ctx = _detail_context(request, toolkit, "revisions")
+    ctx.update(a=a, b=b, diff=selectors.revision_diff(a=a, b=b))
+    return render(request, "toolkits/diff.html", ctx)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def toolkit_upload(request: HttpRequest, slug: str) -> HttpResponse:
+    toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
+    if not can_manage_toolkit(request.user, toolkit):
+        return HttpResponseForbidden(_("Only the toolkit's owner and admins may upload revisions."))
+    ctx = _detail_context(request, toolkit, "revisions")
+    if request.method == "POST":
+        source, filename = _read_upload(request)
+        if source is None:
+            ctx["errors"] = [SourceError(message=_("Choose a file or paste the source of a toolkit."))]
+        else:
+            try:
+                result = services.revision_upload(toolkit=toolkit, source=source, user=request.user, filename=filename)
+            except ToolkitSourceInvalid as exc:
+                ctx["errors"] = exc.errors
+                ctx["listing"] = _source_with_errors(source, exc.errors)
+                if isinstance(source, str):
+                    ctx["pasted"] = source
+            else:
+                if result.created:
+                    messages.success(request, _("Uploaded revision %(n)s.") % {"n": result.revision.number})
+                else:
+                    messages.info(request, _("The source is identical to revision %(n)s; nothing was added.") % {"n": result.revision.number})
+                return redirect("toolkit_revisions", slug=toolkit.slug)
+    return render(request, "toolkits/upload.html", ctx)
+
+
+@login_required
+@require_POST
+def toolkit_rollback(request: HttpRequest, slug: str) -> HttpResponse:
+    toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
+    if not can_manage_toolkit(request.user, toolkit):
+        return HttpResponseForbidden(_("Only the toolkit's owner and admins may roll back."))
+    try:
+        revision = services.toolkit_rollback(toolkit=toolkit, number=_int(request.POST.get("revision")))
+    except ToolkitSourceInvalid as exc:
+        messages.error(request, exc.errors[0].message)
+    else:
+        messages.success(request, _("Revision %(n)s is current again.") % {"n": revision.number})
+    return redirect("toolkit_revisions", slug=toolkit.slug)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def toolkit_delete(request: HttpRequest, slug: str) -> HttpResponse:
+    toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
+    if not can_manage_toolkit(request.user, toolkit):
+        return HttpResponseForbidden(_("Only the toolkit's owner and admins may delete it."))
+    if request.method == "POST":
+        if request.POST.get("confirm") != toolkit.slug:
+            messages.error(request, _("Type the toolkit's slug to confirm."))
+            return redirect("toolkit_delete", slug=toolkit.slug)
+        services.toolkit_delete(toolkit=toolkit)
+        messages.success(request, _("Toolkit %(slug)s deleted.") % {"slug": slug})
+        return redirect("toolkit_list")
+    return render(request, "toolkits/delete.html", _detail_context(request, toolkit, "overview"))
+
+
+@require_GET
+def highlight_css(request: HttpRequest) -> HttpResponse:
+    from toolhub.lib.highlight import stylesheet
+
+    response = HttpResponse(stylesheet(), content_type="text/css")
+    response["Cache-Control"] = "max-age=86400"
+    return response

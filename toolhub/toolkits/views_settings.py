@@ -1,0 +1,84 @@
+"""The Valves tab (admins) and the My settings tab (every user, for themself)."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_http_methods
+
+from toolhub.accounts.roles import is_admin
+from toolhub.lib import schema_forms
+from toolhub.lib.secrets import merge_submitted
+from toolhub.toolkits import valves
+from toolhub.toolkits.display import resolve
+from toolhub.toolkits.selectors import get_toolkit_for_user
+from toolhub.toolkits.views import _detail_context
+
+
+def _settings_page(request: HttpRequest, slug: str, *, admin_valves: bool) -> HttpResponse:
+    toolkit = get_toolkit_for_user(user=request.user, slug=slug)
+    if admin_valves and not is_admin(request.user):
+        raise Http404
+    owner = None if admin_valves else request.user
+    ctx = _detail_context(request, toolkit, "valves" if admin_valves else "settings")
+    revision = ctx["revision"]
+    schema = (revision.valves_schema if admin_valves else revision.user_valves_schema) if revision else None
+    ctx["schema"] = schema
+    if not schema:
+        return render(request, "toolkits/valves.html", ctx)
+    secrets = valves.schema_secrets(schema)
+    stored = valves.load_values(toolkit=toolkit, user=owner)
+    errors: dict[str, list[str]] = {}
+    values = stored
+    if request.method == "POST":
+        if request.POST.get("action") == "reset":
+            valves.reset_values(toolkit=toolkit, user=owner)
+            messages.success(request, _("Settings reset to the toolkit's defaults."))
+            return redirect(request.path)
+        submitted, errors = schema_forms.parse_submission(schema, request.POST, secret_names=secrets)
+        clear = schema_forms.clear_requests(schema, request.POST, secret_names=secrets)
+        values = merge_submitted(stored, submitted, secrets, clear)
+        if not errors:
+            errors = schema_forms.validate(schema, values)
+        if not errors:
+            valves.store_values(toolkit=toolkit, values=values, user=owner, by=request.user)
+            messages.success(request, _("Settings saved."))
+            return redirect(request.path)
+    else:
+        # Values saved under an earlier revision's schema that no longer validate are
+        # flagged here rather than breaking invocations silently.
+        stale = schema_forms.validate(schema, stored) if stored else {}
+        ctx["stale"] = stale
+        errors = stale
+    ctx["fields"] = schema_forms.build_fields(
+        schema,
+        {k: v for k, v in values.items() if k not in secrets},
+        secret_names=secrets,
+        is_set={name: bool(stored.get(name)) for name in secrets},
+        resolve=partial(_resolve_text, toolkit=toolkit),
+        errors=errors,
+        data=request.POST if request.method == "POST" else None,
+    )
+    ctx["errors"] = errors
+    return render(request, "toolkits/valves.html", ctx)
+
+
+def _resolve_text(text: str, *, toolkit) -> str:
+    return resolve(text, toolkit=toolkit).text
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def toolkit_valves(request: HttpRequest, slug: str) -> HttpResponse:
+    return _settings_page(request, slug, admin_valves=True)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def toolkit_user_valves(request: HttpRequest, slug: str) -> HttpResponse:
+    return _settings_page(request, slug, admin_valves=False)

@@ -1,0 +1,45 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from django.views.generic import RedirectView
+
+from toolhub.accounts import views as accounts
+from toolhub.api.api import api
+from toolhub.packages import views as packages
+from toolhub.runs import views as runs
+from toolhub.toolkits import views as toolkits
+from toolhub.toolkits import views_settings as toolkit_settings
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="toolkit_list", permanent=False)),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/tokens/", accounts.api_tokens, name="api_tokens"),
+    path("account/tokens/<int:token_id>/revoke/", accounts.api_token_revoke, name="api_token_revoke"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("static/highlight.css", toolkits.highlight_css, name="highlight_css"),
+    path("toolkits/", toolkits.toolkit_list, name="toolkit_list"),
+    path("toolkits/new/", toolkits.toolkit_new, name="toolkit_new"),
+    path("toolkits/<slug:slug>/", toolkits.toolkit_detail, name="toolkit_detail"),
+    path("toolkits/<slug:slug>/source/", toolkits.toolkit_source, name="toolkit_source"),
+    path("toolkits/<slug:slug>/revisions/", toolkits.toolkit_revisions, name="toolkit_revisions"),
+    path("toolkits/<slug:slug>/diff/", toolkits.toolkit_diff, name="toolkit_diff"),
+    path("toolkits/<slug:slug>/upload/", toolkits.toolkit_upload, name="toolkit_upload"),
+    path("toolkits/<slug:slug>/rollback/", toolkits.toolkit_rollback, name="toolkit_rollback"),
+    path("toolkits/<slug:slug>/delete/", toolkits.toolkit_delete, name="toolkit_delete"),
+    path("toolkits/<slug:slug>/environment/", packages.toolkit_environment, name="toolkit_environment"),
+    path("toolkits/<slug:slug>/environment/live/", packages.toolkit_environment_live, name="toolkit_environment_live"),
+    path("toolkits/<slug:slug>/environment/retry/", packages.toolkit_retry, name="toolkit_retry"),
+    path("toolkits/<slug:slug>/valves/", toolkit_settings.toolkit_valves, name="toolkit_valves"),
+    path("toolkits/<slug:slug>/settings/", toolkit_settings.toolkit_user_valves, name="toolkit_user_valves"),
+    path("toolkits/<slug:slug>/tools/", runs.toolkit_tools, name="toolkit_tools"),
+    path("toolkits/<slug:slug>/tools/<str:tool>/run/", runs.tool_run, name="tool_run"),
+    path("invocations/<uuid:invocation_id>/", runs.invocation_detail, name="invocation_detail"),
+    path("invocations/<uuid:invocation_id>/live/", runs.invocation_live, name="invocation_live"),
+    path("invocations/<uuid:invocation_id>/respond/", runs.invocation_respond, name="invocation_respond"),
+    path("history/", runs.invocation_history, name="invocation_history"),
+    path("packages/", packages.package_queue, name="package_queue"),
+    path("packages/decide/", packages.package_decide, name="package_decide"),
+    path("api/v1/", api.urls),
+    path("admin/", admin.site.urls),
+]
