@@ -10,6 +10,7 @@ The distributions:
 - `toolhub-demo-b 1.0` and `2.0` (wheels), so constraints have two versions to choose from.
 - `toolhub-demo-broken 1.0` (sdist only): its metadata builds, its wheel build fails, so a lock
   succeeds and the environment build fails.
+- `toolhub-demo-nometa 1.0` (sdist only): even its metadata fails, so locking it fails.
 - `toolhub-demo-slow 1.0` (sdist only): its wheel build records who built it and then waits
   while the gate file exists, so a test can catch a build in the middle.
 
@@ -39,7 +40,7 @@ DEFAULT_WHEELHOUSE = REPO_ROOT / ".data" / "wheelhouse"
 
 # A PEP 517 backend small enough to read in one go. It takes everything from
 # toolhub_fixture.json next to it, so every demo project shares the same file.
-_BACKEND_SOURCE = r'''
+_BACKEND_SOURCE = r"""
 import base64
 import hashlib
 import io
@@ -79,6 +80,9 @@ def get_requires_for_build_sdist(config_settings=None):
 
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     config = _config()
+    if config.get("fail_metadata"):
+        print(config["name"] + ": this package is made to fail its metadata", file=sys.stderr)
+        raise RuntimeError(config["name"] + " has no metadata to give")
     dist_info = pathlib.Path(metadata_directory) / (_stem(config) + ".dist-info")
     dist_info.mkdir()
     (dist_info / "METADATA").write_text(_metadata(config))
@@ -135,7 +139,7 @@ def build_sdist(sdist_directory, config_settings=None):
             info.mode = 0o644
             archive.addfile(info, io.BytesIO(data))
     return name
-'''
+"""
 
 _PYPROJECT = """\
 [build-system]
@@ -203,9 +207,7 @@ def build_demo_index(directory: Path) -> DemoIndex:
     for wheel in wheels:
         shutil.copy2(wheel, wheelhouse)
 
-    index = DemoIndex(
-        wheelhouse=wheelhouse, gate=directory / "slow.gate", build_record=directory / "slow.jsonl"
-    )
+    index = DemoIndex(wheelhouse=wheelhouse, gate=directory / "slow.gate", build_record=directory / "slow.jsonl")
     projects = directory / "projects"
     wheel_projects = [
         _write_project(
@@ -242,6 +244,10 @@ def build_demo_index(directory: Path) -> DemoIndex:
             {"name": "toolhub-demo-broken", "version": "1.0", "fail_build": True},
         ),
         _write_project(
+            projects / "nometa",
+            {"name": "toolhub-demo-nometa", "version": "1.0", "fail_metadata": True},
+        ),
+        _write_project(
             projects / "slow",
             {
                 "name": "toolhub-demo-slow",
@@ -260,8 +266,15 @@ def build_demo_index(directory: Path) -> DemoIndex:
     # One project per call: pip refuses two versions of toolhub-demo-b in one command.
     for project in wheel_projects:
         subprocess.run(
-            [Path(sys.executable).parent / "pip", "wheel", "--no-deps", "--quiet",
-             "--wheel-dir", str(wheelhouse), str(project)],
+            [
+                Path(sys.executable).parent / "pip",
+                "wheel",
+                "--no-deps",
+                "--quiet",
+                "--wheel-dir",
+                str(wheelhouse),
+                str(project),
+            ],
             check=True,
             env=env,
         )

@@ -99,7 +99,8 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # instead of failing at once.
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
     # A file, not memory, so a worker process started by the tests shares the test database.
-    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+    # One per test process, so parallel runs on one machine do not share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # AUTH
@@ -131,6 +132,7 @@ TIME_ZONE = "UTC"
 STATIC_URL = "/static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+os.makedirs(STATIC_ROOT, exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 
 # SECURITY

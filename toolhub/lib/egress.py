@@ -16,9 +16,11 @@ What the proxy speaks:
   `Proxy-*` headers are stripped in both directions, `Host` is set from the URL and both sides
   are told `Connection: close`.
 
-What it refuses (HTTP 403 with a body `ToolHub egress refused: <reason>`):
+What it refuses (HTTP 403 with a body `ToolHub egress refused: <reason>`, the reason also in the
+status line, because clients report a refused CONNECT by its status line alone); the rules
+themselves are pure functions in `toolhub.lib.egress_rules`:
 
-- names outside the toolkit's allowlist (see `host_matches_allowlist` for the pattern rules);
+- names outside the toolkit's allowlist (`host_matches_allowlist` gives the pattern rules);
 - names that resolve to ANY address that is not a public internet address: loopback, private,
   carrier-grade NAT, link-local (which includes the cloud metadata address 169.254.169.254),
   multicast, reserved, unspecified, documentation ranges, and IPv6 forms that embed such an IPv4
@@ -43,16 +45,25 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Self
 from urllib.parse import urlsplit
+
+from .egress_rules import (
+    EgressPolicy,
+    address_refusal_reason,
+    dial_address,
+    host_matches_allowlist,
+    host_name_refusal_reason,
+    normalize_host,
+    validate_host_pattern,
+)
 
 logger = logging.getLogger(__name__)
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 Connector = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # A request head larger than this is refused; real clients send a few hundred bytes.
 MAX_HEAD_BYTES = 64 * 1024
@@ -67,48 +78,11 @@ MAX_OPEN_CLIENTS = 100
 MAX_RECORDED_ATTEMPTS = 100
 _CHUNK = 64 * 1024
 
-_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
-_HOST_NAME = re.compile(rf"^{_LABEL}(?:\.{_LABEL})*$")
-_DIGITS = re.compile(r"^[0-9]+$")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_DIGITS = re.compile(r"[0-9]+")
 # Headers that describe one hop rather than the message. Transfer-Encoding is hop-by-hop too, but
 # bodies are relayed byte for byte, so the framing header has to travel with them.
-_HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "host"}
-)
-
-# Ranges refused whatever the running Python's `ipaddress` thinks of them: its idea of "private"
-# and "global" changed between 3.11 patch releases, and the refusal must not depend on that.
-_BLOCKED_NETWORKS: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...] = tuple(
-    (ipaddress.ip_network(net), reason)
-    for net, reason in (
-        ("0.0.0.0/8", "an unspecified (\"this network\") address"),
-        ("10.0.0.0/8", "a private address"),
-        ("100.64.0.0/10", "a carrier-grade NAT (shared) address"),
-        ("127.0.0.0/8", "a loopback address"),
-        ("169.254.0.0/16", "a link-local address (this includes cloud metadata services)"),
-        ("172.16.0.0/12", "a private address"),
-        ("192.0.0.0/24", "an IETF protocol assignment address"),
-        ("192.0.2.0/24", "a documentation address"),
-        ("192.168.0.0/16", "a private address"),
-        ("198.18.0.0/15", "a benchmarking address"),
-        ("198.51.100.0/24", "a documentation address"),
-        ("203.0.113.0/24", "a documentation address"),
-        ("224.0.0.0/4", "a multicast address"),
-        ("240.0.0.0/4", "a reserved address"),
-        ("::/128", "an unspecified address"),
-        ("::1/128", "a loopback address"),
-        ("::/96", "an IPv4-compatible (reserved) address"),
-        ("64:ff9b:1::/48", "a local-use NAT64 address"),
-        ("100::/64", "a discard-only address"),
-        ("2001:db8::/32", "a documentation address"),
-        ("fc00::/7", "a private (unique local) address"),
-        ("fe80::/10", "a link-local address"),
-        ("fec0::/10", "a site-local address"),
-        ("ff00::/8", "a multicast address"),
-    )
-)
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "host"})
 
 
 class _Refused(Exception):
@@ -135,164 +109,11 @@ class _ClientGone(Exception):
     """The client stopped sending a request body it had announced."""
 
 
-# Host names and patterns
+class _ServerStoppedReading(Exception):
+    """The server closed its side while the request body was still being sent."""
 
 
-def normalize_host(host: str) -> str:
-    """Lower-case a host name and drop one trailing dot (`API.Example.org.` -> `api.example.org`)."""
-    host = host.strip().lower()
-    return host.removesuffix(".")
-
-
-def _canonical(host: str) -> str:
-    """A host name normalized, or an IP address (with or without brackets) in standard form."""
-    name = normalize_host(host)
-    if name.startswith("[") and name.endswith("]"):
-        name = name[1:-1]
-    with contextlib.suppress(ValueError):
-        name = str(ipaddress.ip_address(name))
-    return name
-
-
-def validate_host_pattern(pattern: str) -> str:
-    """Return the normalized allowlist pattern, or raise ValueError saying what is wrong.
-
-    A pattern is a host name (`api.example.org`), a wildcard (`*.example.org`) whose `*` stands
-    for one or more whole labels, or an IP address written exactly as clients will send it.
-    """
-    if not isinstance(pattern, str):
-        raise TypeError("an allowlist entry must be a string")
-    normalized = normalize_host(pattern)
-    if normalized.startswith("[") and normalized.endswith("]"):
-        normalized = normalized[1:-1]
-    with contextlib.suppress(ValueError):
-        return str(ipaddress.ip_address(normalized))
-    base = normalized.removeprefix("*.")
-    if not base or "*" in base:
-        raise ValueError(
-            f"{pattern!r} is not a host name or a wildcard like '*.example.org' "
-            "(a '*' may only stand as the whole first label)"
-        )
-    if len(base) > 253 or not _HOST_NAME.match(base):
-        raise ValueError(f"{pattern!r} is not a valid host name")
-    if normalized.startswith("*.") and "." not in base:
-        raise ValueError(f"{pattern!r} would allow a whole top-level domain")
-    return normalized
-
-
-def host_matches_allowlist(host: str, allow_hosts: Iterable[str] | None) -> bool:
-    """Tell whether `host` is allowed by the patterns; `None` allows every (public) host.
-
-    Matching ignores case and one trailing dot. `api.example.org` matches only that name.
-    `*.example.org` matches any name below example.org at any depth (`a.example.org`,
-    `a.b.example.org`) but NOT `example.org` itself: list both when both are needed. An IP
-    literal matches only the same address listed literally.
-    """
-    if allow_hosts is None:
-        return True
-    name = _canonical(host)
-    for pattern in map(_canonical, allow_hosts):
-        if pattern.startswith("*."):
-            if name.endswith(pattern[1:]) and len(name) > len(pattern) - 1:
-                return True
-        elif name == pattern:
-            return True
-    return False
-
-
-# Addresses
-
-
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[tuple[ipaddress.IPv4Address, str]]:
-    """IPv4 addresses that an IPv6 address stands for, with the name of the mapping."""
-    found: list[tuple[ipaddress.IPv4Address, str]] = []
-    if address.ipv4_mapped is not None:
-        found.append((address.ipv4_mapped, "IPv4-mapped"))
-    if address in _NAT64:
-        found.append((ipaddress.IPv4Address(int(address) & 0xFFFFFFFF), "NAT64"))
-    if address.sixtofour is not None:
-        found.append((address.sixtofour, "6to4"))
-    if address.teredo is not None:
-        server, client = address.teredo
-        found.append((server, "Teredo server"))
-        found.append((client, "Teredo client"))
-    return found
-
-
-def address_refusal_reason(address: str | IPAddress) -> str | None:
-    """Return why the proxy must not connect to `address`, or None for a public address.
-
-    The reason reads as the end of a sentence such as "10.0.0.5 is a private address".
-    """
-    try:
-        ip = ipaddress.ip_address(address) if isinstance(address, str) else address
-    except ValueError:
-        return "not an IP address"
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.scope_id:
-            return "a scoped (interface-bound) address"
-        for inner, mapping in _embedded_ipv4(ip):
-            inner_reason = address_refusal_reason(inner)
-            if inner_reason is not None:
-                return f"the {mapping} form of {inner}, {inner_reason}"
-        if ip.ipv4_mapped is not None or ip in _NAT64:
-            # The IPv4 checks above decided: a mapped address is dialled as IPv4, and a NAT64
-            # gateway translates to exactly the embedded address. (Python counts the NAT64
-            # prefix as reserved, which would cut off IPv6-only hosts behind DNS64.)
-            return None
-    for network, reason in _BLOCKED_NETWORKS:
-        if ip.version == network.version and ip in network:
-            return reason
-    properties = (
-        ("is_loopback", "a loopback address"),
-        ("is_link_local", "a link-local address"),
-        ("is_multicast", "a multicast address"),
-        ("is_unspecified", "an unspecified address"),
-        ("is_reserved", "a reserved address"),
-        ("is_private", "a private address"),
-        ("is_site_local", "a site-local address"),
-    )
-    for name, reason in properties:
-        if getattr(ip, name, False):
-            return reason
-    if not ip.is_global:
-        return "not a public internet address"
-    return None
-
-
-def _connect_address(ip: IPAddress) -> str:
-    """The address to dial: an IPv4-mapped IPv6 address is dialled as the IPv4 it maps."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    return str(ip)
-
-
-# Policy and report
-
-
-@dataclass(frozen=True)
-class EgressPolicy:
-    """What one invocation of a toolkit may reach; built from the toolkit's grant and settings.
-
-    `allow_hosts=None` allows every public host; a list allows only matching names (see
-    `host_matches_allowlist`). Patterns are validated and normalized here, so a bad one fails
-    when the grant is saved or the worker starts, not in the middle of a run.
-    """
-
-    allow_hosts: list[str] | None
-    max_bytes: int
-    max_connections: int
-
-    def __post_init__(self) -> None:
-        if self.allow_hosts is not None:
-            if isinstance(self.allow_hosts, str):
-                raise ValueError("allow_hosts must be a list of patterns, not one string")
-            patterns = [validate_host_pattern(p) for p in self.allow_hosts]
-            object.__setattr__(self, "allow_hosts", list(dict.fromkeys(patterns)))
-        for name in ("max_bytes", "max_connections"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+# The report
 
 
 @dataclass
@@ -340,7 +161,7 @@ def _split_head(raw: bytes) -> list[str]:
 def _parse_head(raw: bytes) -> _Head:
     lines = _split_head(raw)
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not _TOKEN.match(parts[0]):
+    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]):
         raise _BadRequest("the request line is not 'METHOD target HTTP/1.1'")
     method, target, version = parts
     if version not in ("HTTP/1.1", "HTTP/1.0"):
@@ -353,7 +174,7 @@ def _parse_header_lines(lines: list[str]) -> list[tuple[str, str]]:
     for line in lines:
         # Folded continuation lines and names with spaces are how request smuggling starts.
         name, sep, value = line.partition(":")
-        if not sep or not _TOKEN.match(name):
+        if not sep or not _TOKEN.fullmatch(name):
             raise _BadRequest("a header line is malformed")
         headers.append((name, value.strip(" \t")))
     return headers
@@ -364,11 +185,7 @@ def _header_values(headers: list[tuple[str, str]], name: str) -> list[str]:
 
 
 def _strip_hop_by_hop(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    named = {
-        token.strip().lower()
-        for value in _header_values(headers, "connection")
-        for token in value.split(",")
-    }
+    named = {token.strip().lower() for value in _header_values(headers, "connection") for token in value.split(",")}
     return [
         (key, value)
         for key, value in headers
@@ -379,7 +196,7 @@ def _strip_hop_by_hop(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def _parse_port(text: str) -> int:
-    if not _DIGITS.match(text) or not 0 < int(text) < 65536:
+    if not _DIGITS.fullmatch(text) or not 0 < int(text) < 65536:
         raise _BadRequest(f"invalid port {text[:10]!r}")
     return int(text)
 
@@ -409,7 +226,7 @@ def _body_framing(headers: list[tuple[str, str]]) -> tuple[str, int]:
             raise _BadRequest("a request body with Transfer-Encoding must end with 'chunked'")
         return "chunked", 0
     if lengths:
-        if len(set(lengths)) != 1 or not _DIGITS.match(lengths[0]):
+        if len(set(lengths)) != 1 or not _DIGITS.fullmatch(lengths[0]):
             raise _BadRequest("Content-Length is invalid")
         return "length", int(lengths[0])
     return "none", 0
@@ -493,9 +310,7 @@ class EgressProxy:
     # Life cycle
 
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(
-            self._serve_client, path=self.socket_path, limit=MAX_HEAD_BYTES
-        )
+        self._server = await asyncio.start_unix_server(self._serve_client, path=self.socket_path, limit=MAX_HEAD_BYTES)
         # The sandbox runs as another user and must be able to connect; keep the socket in a
         # per-run directory that only lets that user traverse it (see the module docstring).
         os.chmod(self.socket_path, self.socket_mode)
@@ -582,11 +397,10 @@ class EgressProxy:
             reason = address_refusal_reason(literal)
             if reason is not None:
                 raise _Refused(f"{literal} is {reason}; ToolHub only connects to public addresses")
-            return [_connect_address(literal)]
-        if len(name) > 253 or not _HOST_NAME.match(name):
-            raise _Refused(f"{name[:80]!r} is not a valid host name")
-        if _DIGITS.match(name.rsplit(".", 1)[-1]) or _inet_aton_accepts(name):
-            raise _Refused(f"{name} looks like an IP address written in a non-standard form")
+            return [dial_address(literal)]
+        name_reason = host_name_refusal_reason(name)
+        if name_reason is not None:
+            raise _Refused(name_reason)
         try:
             found = await asyncio.wait_for(self._resolve(name, port), RESOLVE_TIMEOUT_SECONDS)
         except (TimeoutError, OSError) as exc:
@@ -601,11 +415,8 @@ class EgressProxy:
                 raise _Refused(f"{name} resolves to something that is not an address") from None
             reason = address_refusal_reason(ip)
             if reason is not None and (str(ip), port) not in self._test_targets:
-                raise _Refused(
-                    f"{name} resolves to {ip}, which is {reason}; "
-                    "ToolHub only connects to public addresses"
-                )
-            addresses.append(_connect_address(ip))
+                raise _Refused(f"{name} resolves to {ip}, which is {reason}; ToolHub only connects to public addresses")
+            addresses.append(dial_address(ip))
         return list(dict.fromkeys(addresses))
 
     async def _open_upstream(self, host: str, port: int) -> _Upstream:
@@ -617,18 +428,14 @@ class EgressProxy:
             raise _Refused(self._byte_limit_message())
         if self._connections >= self.policy.max_connections:
             self._limit_reached("connections")
-            raise _Refused(
-                f"connection limit reached ({self.policy.max_connections} per invocation)"
-            )
+            raise _Refused(f"connection limit reached ({self.policy.max_connections} per invocation)")
         name = self._check_name(host)
         addresses = await self._checked_addresses(name, port)
         self._connections += 1
         errors: list[str] = []
         for ip in addresses:
             try:
-                reader, writer = await asyncio.wait_for(
-                    self._connect(ip, port), CONNECT_TIMEOUT_SECONDS
-                )
+                reader, writer = await asyncio.wait_for(self._connect(ip, port), CONNECT_TIMEOUT_SECONDS)
             except TimeoutError:
                 errors.append(f"{ip}: timed out")
                 continue
@@ -652,6 +459,7 @@ class EgressProxy:
         self._tasks.add(task)  # type: ignore[arg-type]
         try:
             if len(self._tasks) > MAX_OPEN_CLIENTS:
+                self._record_attempt(self._refused, "", 0, f"more than {MAX_OPEN_CLIENTS} open connections")
                 writer.write(
                     _error_response(
                         503,
@@ -662,6 +470,10 @@ class EgressProxy:
                 return
             await self._serve_request(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        # stop() cancels open connections. Python 3.11's stream server logs a cancelled
+        # handler as an error, so the cancellation ends here as a normal close.
+        except asyncio.CancelledError:
             pass
         except Exception:
             logger.exception("egress proxy: unexpected error")
@@ -699,9 +511,7 @@ class EgressProxy:
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
-    async def _tunnel(
-        self, host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _tunnel(self, host: str, port: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream = await self._open_upstream(host, port)
         try:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
@@ -795,8 +605,8 @@ class EgressProxy:
             self._charge(upstream, "out", len(request))
             upstream.writer.write(request)
             await upstream.writer.drain()
-            # The body and the response run side by side: a server may answer early (413) or
-            # send "100 Continue" before the client sends the body.
+            # The body and the response run side by side: a server may answer early (413), or
+            # send "100 Continue" before a client that asked for it sends the body.
             body = asyncio.ensure_future(self._send_body(reader, upstream, framing, length))
             response = asyncio.ensure_future(self._relay_response(writer, upstream, progress))
             await _until_done(response, body)
@@ -813,31 +623,31 @@ class EgressProxy:
             pass
         except (OSError, _BadRequest, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             if not progress.sent_head:
-                raise _Failed(
-                    f"{upstream.record.host}:{port} did not send a valid HTTP response"
-                ) from None
+                raise _Failed(f"{upstream.record.host}:{port} did not send a valid HTTP response") from None
         finally:
             await _cancel(body, response)
             upstream.writer.close()
 
-    async def _send_body(
-        self, reader: asyncio.StreamReader, upstream: _Upstream, framing: str, length: int
-    ) -> None:
+    async def _send_body(self, reader: asyncio.StreamReader, upstream: _Upstream, framing: str, length: int) -> None:
         """Forward exactly the request body, so bytes after it never reach this server."""
 
         async def send(data: bytes) -> None:
             self._charge(upstream, "out", len(data))
-            upstream.writer.write(data)
-            await upstream.writer.drain()
+            try:
+                upstream.writer.write(data)
+                await upstream.writer.drain()
+            except ConnectionError:
+                raise _ServerStoppedReading from None
 
         try:
             await _copy_body(reader, send, framing, length)
+        except _ServerStoppedReading:
+            # A server may answer early (413) and stop reading; its answer is still relayed.
+            return
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             raise _ClientGone from None
 
-    async def _relay_response(
-        self, writer: asyncio.StreamWriter, upstream: _Upstream, progress: _Progress
-    ) -> None:
+    async def _relay_response(self, writer: asyncio.StreamWriter, upstream: _Upstream, progress: _Progress) -> None:
         """Send the response on with its hop-by-hop headers replaced by `Connection: close`.
 
         The body is relayed by its own framing rather than until the server closes, because a
@@ -927,7 +737,7 @@ def _response_framing(headers: list[tuple[str, str]]) -> tuple[str, int]:
         codings = [c.strip().lower() for value in encodings for c in value.split(",")]
         return ("chunked", 0) if codings[-1] == "chunked" else ("eof", 0)
     if lengths:
-        if len(set(lengths)) != 1 or not _DIGITS.match(lengths[0]):
+        if len(set(lengths)) != 1 or not _DIGITS.fullmatch(lengths[0]):
             raise ConnectionError("the response has an invalid Content-Length")
         return "length", int(lengths[0])
     return "eof", 0
@@ -954,15 +764,6 @@ async def _cancel(*futures: asyncio.Future[None] | None) -> None:
     for future in running:
         future.cancel()
     await asyncio.gather(*running, return_exceptions=True)
-
-
-def _inet_aton_accepts(name: str) -> bool:
-    """True for names like `0x7f000001` that the C library would read as an IPv4 address."""
-    try:
-        socket.inet_aton(name)
-    except OSError:
-        return False
-    return True
 
 
 # Running a proxy from synchronous code (a Celery worker)

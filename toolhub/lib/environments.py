@@ -46,24 +46,29 @@ import hashlib
 import json
 import os
 import re
-import selectors
-import shlex
 import shutil
-import signal
 import stat
 import subprocess
-import sys
 import tempfile
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+
+from toolhub.lib.build_runner import (
+    BuildFailed,
+    Log,
+    Timeouts,
+    explain_failure,
+    find_tool,
+    minimal_env,
+    run_logged,
+    tool_env,
+)
 
 __all__ = [
     "BASE_REQUIREMENTS",
@@ -98,8 +103,6 @@ LOCK_COPY_NAME = "toolhub-lock.txt"
 # build fresh environments instead of reusing ones made the old way.
 _KEY_FORMAT = "toolhub-environment-v1"
 _KEY_PATTERN = re.compile(r"[0-9a-f]{64}")
-
-Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -156,29 +159,6 @@ class IndexSettings:
 
 
 @dataclass(frozen=True)
-class Timeouts:
-    """Limits for one compile_lock or ensure_environment call."""
-
-    total_seconds: float = 900
-    # A step that prints nothing for this long is considered stuck.
-    silence_seconds: float = 300
-    # Per network request, and how often pip and uv retry one.
-    network_seconds: float = 30
-    network_retries: int = 2
-
-
-class BuildFailed(Exception):
-    """A lock or an environment could not be made; `reason` is one line for the user."""
-
-    def __init__(self, reason: str) -> None:
-        reason = " ".join(reason.split())
-        if len(reason) > 300:
-            reason = reason[:299] + "…"
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
 class EnvInfo:
     key: str
     path: Path
@@ -223,8 +203,11 @@ def compile_lock(
     output.unlink(missing_ok=True)
 
     argv = [
-        str(_tool("pip-compile")),
+        str(find_tool("pip-compile")),
         "--generate-hashes",
+        # -v makes pip name each distribution it takes up, so the log (and the reason for a
+        # failed build) can say which package broke.
+        "--verbose",
         # Lock pip and setuptools too when something needs them: hash-checking installs
         # refuse a requirement that has no pinned, hashed line.
         "--allow-unsafe",
@@ -244,9 +227,9 @@ def compile_lock(
         argv += ["--constraint", "constraints.txt"]
     argv.append("requirements.in")
 
-    env = _subprocess_env(home=home, timeouts=timeouts, extra=index.env())
+    env = tool_env(home=home, timeouts=timeouts, extra=index.env())
     env |= {"PIP_CACHE_DIR": str(cache / "pip"), "PIP_TOOLS_CACHE_DIR": str(cache / "pip-tools")}
-    result = _run(
+    result = run_logged(
         argv,
         env=env,
         cwd=workdir,
@@ -256,15 +239,7 @@ def compile_lock(
         stage="lock",
     )
     if result.returncode != 0 or not output.is_file():
-        raise BuildFailed(
-            _explain(
-                "pip-compile",
-                result,
-                requirements=wanted,
-                constraints=limits,
-                index=index,
-            )
-        )
+        raise BuildFailed(explain_failure("pip-compile", result, index_url=index.index_url, constraints=limits))
     return output.read_text()
 
 
@@ -322,7 +297,7 @@ def interpreter_version(interpreter: str) -> str:
         try:
             done = subprocess.run(
                 [interpreter, "-I", "-S", "-c", "import sys; print(sys.version)"],
-                env=_base_env(Path("/")),
+                env=minimal_env(Path("/")),
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -413,11 +388,11 @@ def _build(
         with tempfile.TemporaryDirectory(prefix="toolhub-build-") as scratch:
             lock_file = Path(scratch) / "requirements.txt"
             lock_file.write_text(lock)
-            env = _subprocess_env(home=Path(scratch), timeouts=timeouts, extra=index.env())
+            env = tool_env(home=Path(scratch), timeouts=timeouts, extra=index.env())
             env["UV_CACHE_DIR"] = str(cache_dir)
 
             def step(argv: list[str], tool: str) -> None:
-                result = _run(
+                result = run_logged(
                     argv,
                     env=env,
                     cwd=Path(scratch),
@@ -427,26 +402,46 @@ def _build(
                     stage="build",
                 )
                 if result.returncode != 0:
-                    raise BuildFailed(_explain(tool, result, index=index))
+                    raise BuildFailed(explain_failure(tool, result, index_url=index.index_url))
 
-            uv = str(_tool("uv"))
+            uv = str(find_tool("uv"))
             # Relocatable: scripts and activation files must not remember the temporary path.
             step(
-                [uv, "venv", "--no-project", "--relocatable", "--python", interpreter,
-                 str(partial)],
+                [uv, "venv", "--no-project", "--relocatable", "--python", interpreter, str(partial)],
                 "uv venv",
             )
             python = str(environment_python(partial))
             step(
-                [uv, "pip", "install", "--python", python, "--require-hashes",
-                 *index.uv_args(), "--requirements", str(lock_file)],
+                [
+                    uv,
+                    "pip",
+                    "install",
+                    "--python",
+                    python,
+                    "--require-hashes",
+                    *index.uv_args(),
+                    "--requirements",
+                    str(lock_file),
+                ],
                 "uv pip install",
             )
             # The sandbox runs with PYTHONDONTWRITEBYTECODE on a read-only mount, so compile
             # now or pay for it on every start. -s/-p record the final path in the .pyc files.
             step(
-                [python, "-I", "-m", "compileall", "-q", "-j", "0",
-                 "-s", str(partial), "-p", str(final), str(partial / "lib")],
+                [
+                    python,
+                    "-I",
+                    "-m",
+                    "compileall",
+                    "-q",
+                    "-j",
+                    "0",
+                    "-s",
+                    str(partial),
+                    "-p",
+                    str(final),
+                    str(partial / "lib"),
+                ],
                 "compileall",
             )
         (partial / LOCK_COPY_NAME).write_text(lock)
@@ -649,9 +644,7 @@ def _key_lock(root: Path, key: str, *, wait_seconds: float, log: Log) -> Iterato
                     break
                 except BlockingIOError:
                     if time.monotonic() > give_up:
-                        raise BuildFailed(
-                            f"waited {wait_seconds:g} s for another build of this environment"
-                        ) from None
+                        raise BuildFailed(f"waited {wait_seconds:g} s for another build of this environment") from None
         yield
     finally:
         os.close(fd)
@@ -673,315 +666,3 @@ def _try_key_lock(root: Path, key: str) -> Iterator[bool]:
             yield True
     finally:
         os.close(fd)
-
-
-# --------------------------------------------------------------------------------------------
-# Running the tools
-
-
-@dataclass
-class _Outcome:
-    returncode: int
-    # The last lines of output (all of them went to the log), for explaining failures.
-    lines: deque[str]
-
-
-# Variables a build may see from the worker: proxies are how many intranets reach an index.
-_PASSED_THROUGH = (
-    "http_proxy", "https_proxy", "no_proxy", "all_proxy",
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
-)
-
-
-def _base_env(home: Path) -> dict[str, str]:
-    return {
-        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(home),
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-    }
-
-
-def _subprocess_env(*, home: Path, timeouts: Timeouts, extra: Mapping[str, str]) -> dict[str, str]:
-    env = _base_env(home)
-    tmp = home / "tmp"
-    tmp.mkdir(parents=True, exist_ok=True)
-    env["TMPDIR"] = str(tmp)
-    env |= {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
-    # pip with fewer than one retry says nothing about a refused connection, which would
-    # leave "index unreachable" indistinguishable from "no such package".
-    retries = str(max(1, timeouts.network_retries))
-    env |= {
-        "NO_COLOR": "1",
-        "PIP_CONFIG_FILE": os.devnull,
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-        "PIP_NO_INPUT": "1",
-        "PIP_NO_COLOR": "1",
-        "PIP_PROGRESS_BAR": "off",
-        "PIP_TIMEOUT": f"{timeouts.network_seconds:g}",
-        "PIP_RETRIES": retries,
-        "UV_NO_CONFIG": "1",
-        "UV_NO_PROGRESS": "1",
-        "UV_PYTHON_DOWNLOADS": "never",
-        "UV_PYTHON_PREFERENCE": "only-system",
-        "UV_HTTP_TIMEOUT": f"{max(1, round(timeouts.network_seconds))}",
-        "UV_HTTP_RETRIES": retries,
-        # Copies, not hardlinks into the cache: the environment stands alone, and opening
-        # its permissions cannot change the cache's files.
-        "UV_LINK_MODE": "copy",
-    }
-    env |= extra
-    return env
-
-
-def _tool(name: str) -> Path:
-    """A tool installed in ToolHub's own virtualenv (not necessarily on PATH)."""
-    path = Path(sys.executable).parent / name
-    if path.is_file():
-        return path
-    found = shutil.which(name)
-    if found is None:
-        raise BuildFailed(f"{name} is not installed next to {sys.executable}")
-    return Path(found)
-
-
-# setpriv makes the kernel kill the tool when the worker dies (even by SIGKILL), so a killed
-# worker does not leave a tool writing into a directory the next build is deleting.
-_SETPRIV = shutil.which("setpriv", path="/usr/bin:/bin")
-
-
-def _run(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    cwd: Path,
-    log: Log,
-    deadline: float,
-    timeouts: Timeouts,
-    stage: str,
-) -> _Outcome:
-    """Run one command, logging each output line as it arrives, within the time limits.
-
-    `deadline` is a time.monotonic() value shared by the steps of one build; the message for
-    running past it names `timeouts.total_seconds`. On a timeout, or anything else that
-    interrupts the wait, the whole process group is killed before the exception leaves.
-    """
-    argv = [str(arg) for arg in argv]
-    log("$ " + _redact(shlex.join(argv)))
-    prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
-    process = subprocess.Popen(
-        prefix + argv,
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        # Its own process group, so a kill also reaches the build backends it started.
-        start_new_session=True,
-    )
-    assert process.stdout is not None
-    lines: deque[str] = deque(maxlen=400)
-    selector = selectors.DefaultSelector()
-    selector.register(process.stdout, selectors.EVENT_READ)
-    pending = b""
-    last_output = time.monotonic()
-
-    def emit(raw: bytes) -> None:
-        line = _redact(raw.decode("utf-8", "replace").rstrip("\r"))[:4000]
-        lines.append(line)
-        log(line)
-
-    try:
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                raise BuildFailed(f"{stage} timed out after {timeouts.total_seconds:g} s")
-            if now - last_output >= timeouts.silence_seconds:
-                raise BuildFailed(f"no output for {timeouts.silence_seconds:g} s")
-            wait = min(deadline, last_output + timeouts.silence_seconds) - now
-            if not selector.select(timeout=wait):
-                continue
-            chunk = os.read(process.stdout.fileno(), 65536)
-            if not chunk:
-                break
-            last_output = time.monotonic()
-            *complete, pending = (pending + chunk).split(b"\n")
-            for raw in complete:
-                emit(raw)
-        if pending:
-            emit(pending)
-        # The output is closed; a process that lingers after that still counts against time.
-        try:
-            returncode = process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise BuildFailed(
-                f"{stage} timed out after {timeouts.total_seconds:g} s"
-            ) from None
-    finally:
-        if process.returncode is None:
-            # Not reaped yet, so the group id cannot have been reused by anyone else.
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        selector.close()
-        process.stdout.close()
-    return _Outcome(returncode=returncode, lines=lines)
-
-
-_CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
-
-
-def _redact(text: str) -> str:
-    """Hide user:password@ in URLs; an index URL may carry credentials and logs are shown."""
-    return _CREDENTIALS.sub(r"\1***@", text)
-
-
-# --------------------------------------------------------------------------------------------
-# Explaining failures in one line
-
-
-_NETWORK_ERRORS = re.compile(
-    r"Connection refused|Failed to establish a new connection|Name or service not known|"
-    r"Temporary failure in name resolution|No route to host|Network is unreachable|"
-    r"ConnectTimeout|Read timed out|tcp connect error|dns error|error sending request|"
-    r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|invalid peer certificate|SSLError",
-    re.IGNORECASE,
-)
-_NETWORK_CAUSES = (
-    "Connection refused",
-    "Name or service not known",
-    "Temporary failure in name resolution",
-    "No route to host",
-    "Network is unreachable",
-    "timed out",
-    "certificate verify failed",
-    "invalid peer certificate",
-)
-_URL = re.compile(r"(?:https?|file)://[^\s`'\")]+")
-_HOST_PORT = re.compile(r"host='([^']+)', port=(\d+)")
-
-
-def _explain(
-    tool: str,
-    result: _Outcome,
-    *,
-    index: IndexSettings,
-    requirements: Sequence[str] = (),
-    constraints: Sequence[str] = (),
-) -> str:
-    lines = list(result.lines)
-    text = "\n".join(lines)
-
-    network = [line for line in lines if _NETWORK_ERRORS.search(line)]
-    if network:
-        return "index unreachable: " + _describe_network_error(network, index)
-
-    hashes = re.search(r"Hash mismatch for `?([^`\s:]+)", text)
-    if hashes or "THESE PACKAGES DO NOT MATCH THE HASHES" in text:
-        name = hashes.group(1) if hashes else "a package"
-        return f"hash mismatch for {name}: the index serves other files than the lock names"
-
-    build = _explain_build_failure(lines)
-    if build:
-        return build
-
-    missing = re.search(r"No matching distribution found for (\S+)", text) or re.search(
-        r"Because (\S+) was not found in the (?:package registry|provided package locations)",
-        text,
-    )
-    if missing:
-        reason = f"No matching distribution for {missing.group(1)}"
-        name = _name_of(missing.group(1))
-        limits = [c for c in constraints if _name_of(c) == name]
-        return f"{reason} (constrained to {', '.join(limits)})" if limits else reason
-
-    if re.search(r"conflicting dependencies|ResolutionImpossible|requirements are unsatisfiable",
-                 text):
-        return _explain_conflict(text, constraints)
-
-    for line in reversed(lines):
-        stripped = line.strip()
-        if stripped.lower().startswith("error:"):
-            return f"{tool} failed: {stripped[6:].strip()}"
-    return f"{tool} exited with status {result.returncode}"
-
-
-def _describe_network_error(lines: list[str], index: IndexSettings) -> str:
-    joined = "\n".join(lines)
-    cause = next((c for c in _NETWORK_CAUSES if c.lower() in joined.lower()), "network error")
-    host = _HOST_PORT.search(joined)
-    if host:
-        where = f"{host.group(1)}:{host.group(2)}"
-    else:
-        url = _URL.search(joined) or _URL.search(index.index_url or "")
-        where = urlsplit(url.group(0)).netloc.rpartition("@")[2] if url else "the index"
-    return f"{where} ({cause})"
-
-
-def _explain_build_failure(lines: list[str]) -> str | None:
-    text = "\n".join(lines)
-    markers = (
-        "metadata-generation-failed",
-        "subprocess-exited-with-error",
-        "Failed to build",
-        "build backend returned an error",
-        "Failed to prepare distributions",
-    )
-    if not any(marker in text for marker in markers):
-        return None
-    name = None
-    for pattern in (
-        r"Failed to build `([A-Za-z0-9._-]+)",
-        r"Failed to build ([A-Za-z0-9._-]+)",
-        r"(?:Preparing metadata|Building wheel) for ([A-Za-z0-9._-]+)",
-        r"╰─> ([A-Za-z0-9._-]+)\s*$",
-    ):
-        found = re.search(pattern, text, re.MULTILINE)
-        if found:
-            name = found.group(1)
-            break
-    # The build's own last exception, e.g. "RuntimeError: it refuses to build".
-    detail = next(
-        (
-            line.strip()
-            for line in reversed(lines)
-            if re.match(r"\s*(?:[\w.]+(?:Error|Exception)|error): \S", line)
-            and "subprocess-exited-with-error" not in line
-        ),
-        None,
-    )
-    reason = f"{name or 'a package'} failed to build"
-    return f"{reason}: {detail}" if detail else reason
-
-
-def _name_of(requirement: str) -> str | None:
-    try:
-        return canonicalize_name(Requirement(requirement).name)
-    except InvalidRequirement:
-        return None
-
-
-# pip's resolver names each requirement that took part in a conflict, and who asked for it:
-# RequirementInformation(requirement=SpecifierRequirement('b>=1'), parent=LinkCandidate('…'))
-_CONFLICT_PART = re.compile(
-    r"SpecifierRequirement\('([^']+)'\), parent=(?:None|\w+\('([^']+)'\))"
-)
-
-
-def _explain_conflict(text: str, constraints: Sequence[str]) -> str:
-    limits = {_name_of(c): c for c in constraints}
-    parts = _CONFLICT_PART.findall(text)
-    for requirement, parent in parts:
-        constraint = limits.get(_name_of(requirement))
-        if constraint is None:
-            continue
-        if not parent:
-            return f"constraint {constraint} contradicts requirement {requirement}"
-        # The parent is a distribution file or URL, e.g. …/toolhub_demo_a-1.0-py3-none-any.whl.
-        name, _, rest = parent.rstrip("/").rpartition("/")[2].partition("-")
-        version = rest.split("-")[0].removesuffix(".tar.gz").removesuffix(".zip")
-        who = f"{canonicalize_name(name)} {version}" if name and version else parent
-        return f"constraint {constraint} contradicts {who}, which requires {requirement}"
-    if parts:
-        return "conflicting requirements: " + ", ".join(sorted({r for r, _ in parts}))
-    return "conflicting requirements"

@@ -97,6 +97,7 @@ import json
 import os
 import pwd
 import resource
+import select
 import selectors
 import shutil
 import signal
@@ -221,9 +222,7 @@ def _resolve_identity(*, bwrap: str, sandbox_user: str) -> _Identity:
             f"`useradd --system --no-create-home --shell /usr/sbin/nologin {sandbox_user}`."
         ) from None
     if entry.pw_uid == 0 or entry.pw_gid == 0:
-        raise SandboxUnavailable(
-            f"the sandbox user {sandbox_user!r} has uid or gid 0; it must be unprivileged."
-        )
+        raise SandboxUnavailable(f"the sandbox user {sandbox_user!r} has uid or gid 0; it must be unprivileged.")
     euid = os.geteuid()
     if euid != 0 and euid != entry.pw_uid:
         raise SandboxUnavailable(
@@ -254,6 +253,7 @@ def check_sandbox(
         "--disable-userns",
         "--die-with-parent",
         "--new-session",
+        "--as-pid-1",
         "--clearenv",
         *_usr_args(),
         "--proc",
@@ -323,9 +323,7 @@ def ensure_runtime_copy(*, runtime_src: Path, data_dir: Path) -> Path:
             target = staging / relative
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(runtime_src / relative, target)
-        compileall.compile_dir(
-            str(staging), quiet=1, ddir=SANDBOX_RUNTIME_PATH, workers=1, force=True
-        )
+        compileall.compile_dir(str(staging), quiet=1, ddir=SANDBOX_RUNTIME_PATH, workers=1, force=True)
         for root, dirs, names in os.walk(staging):
             os.chmod(root, 0o755)
             for name in dirs:
@@ -634,9 +632,7 @@ def _bwrap_argv(
     return args
 
 
-def _child_setup(
-    limits: Limits, cgroup_fds: Sequence[int], *, pids_cgroup: bool
-) -> Callable[[], None]:
+def _child_setup(limits: Limits, cgroup_fds: Sequence[int], *, pids_cgroup: bool) -> Callable[[], None]:
     """Return the function run in the child after the uid switch, right before exec."""
     # RLIMIT_NPROC counts every process of the sandbox user on the host, so concurrent runs
     # share it. With a pids cgroup (per run) in force it is only a loose host-wide backstop;
@@ -719,9 +715,7 @@ def run_sandboxed(
                 start_new_session=True,
                 # The hook only joins cgroups and sets rlimits, calls that take no locks;
                 # callers run one sandbox per thread (Celery prefork), see the docstring.
-                preexec_fn=_child_setup(  # noqa: PLW1509
-                    limits, cgroups.fds, pids_cgroup="pids" in cgroups.dirs
-                ),
+                preexec_fn=_child_setup(limits, cgroups.fds, pids_cgroup="pids" in cgroups.dirs),
                 **_privilege_kwargs(identity),
             )
         except (OSError, subprocess.SubprocessError) as exc:
@@ -753,11 +747,10 @@ def run_sandboxed(
 
     state = session.state
     stderr_tail = state.stderr_tail.decode("utf-8", "replace")
-    if "child-pid" not in session.bwrap_status and state.killed_for is None:
-        raise SandboxUnavailable(
-            "bubblewrap could not build the sandbox: "
-            f"{stderr_tail.strip() or 'no message'}"
-        )
+    # bubblewrap reports an exit code only for a command it managed to start; without one,
+    # and without a kill of ours, it failed while building the sandbox.
+    if "exit-code" not in session.bwrap_status and state.killed_for is None and state.final is None:
+        raise SandboxUnavailable(f"bubblewrap could not build the sandbox: {stderr_tail.strip() or 'no message'}")
     usage = session.usage
     if cpu_ms is None and usage is not None:
         cpu_ms = int((usage.ru_utime + usage.ru_stime) * 1000)
@@ -889,9 +882,7 @@ class _Session:
             if self.exited_at is None:
                 if now >= self.deadline:
                     self.kill("wall_time")
-                elif self.final_at is not None and (
-                    now - self.final_at > self.limits.exit_grace_seconds
-                ):
+                elif self.final_at is not None and (now - self.final_at > self.limits.exit_grace_seconds):
                     self.kill("exit_grace")
                 elif self.killed_at is not None and now - self.killed_at > 2:
                     # The sandbox did not go away: take bubblewrap down with it.
@@ -972,9 +963,7 @@ class _Session:
         buffer = self.stdout_buffer
         while state.killed_for is None:
             end = buffer.find(b"\n")
-            if (end < 0 and len(buffer) > self.limits.message_bytes) or (
-                end > self.limits.message_bytes
-            ):
+            if (end < 0 and len(buffer) > self.limits.message_bytes) or (end > self.limits.message_bytes):
                 self.kill("message_size")
                 return
             if end < 0:
@@ -1052,7 +1041,11 @@ class _Session:
         """Leave nothing running and nothing open, whatever happened before."""
         if self.process.returncode is None:
             self.kill("aborted")
-            self._signal_bwrap()
+            # Give bubblewrap a moment to reap the command it just lost, so that no zombie
+            # is left to the host's init; then make sure of it.
+            readable, _, _ = select.select([self.bwrap_pidfd], [], [], 2)
+            if not readable:
+                self._signal_bwrap()
             self._reap()
         self.selector.close()
         for fd in (self.bwrap_pidfd, self.child_pidfd):

@@ -156,7 +156,8 @@ def run_invocation(invocation_id: str) -> None:
         "messages": invocation.messages,
         "files": invocation.files,
         "model": None,
-        "id": str(invocation.id),
+        # Open WebUI passes the toolkit's id as __id__; the invocation id is in metadata.
+        "id": invocation.toolkit.slug,
         "call_timeout": settings.TOOLHUB_EVENT_CALL_TIMEOUT,
     }
     try:

@@ -49,6 +49,9 @@ def _tool_forms(revision, *, data=None, errors_for=None, values_for=None) -> lis
                 schema, values, errors=errors, data=data if errors else None, prefix=prefix
             ),
             "errors": errors,
+            "form_errors": errors.get("__all__", []),
+            "messages_errors": errors.get("__messages__", []),
+            "files_errors": errors.get("__files__", []),
         })
     return tools
 

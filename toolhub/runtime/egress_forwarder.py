@@ -53,9 +53,7 @@ _GRANTED_HINT = (
     "network egress from a ToolHub sandbox only goes through ToolHub's HTTP/HTTPS proxy "
     "(HTTP_PROXY/HTTPS_PROXY); direct connections are not possible"
 )
-_DENIED_HINT = (
-    "this toolkit has no network egress; an admin can grant it on the toolkit's page"
-)
+_DENIED_HINT = "this toolkit has no network egress; an admin can grant it on the toolkit's page"
 
 
 class EgressUnavailableError(OSError):
@@ -275,9 +273,7 @@ def install_clear_network_errors(*, granted: bool) -> None:
         try:
             return original_getaddrinfo(host, *args, **kwargs)
         except socket.gaierror as exc:
-            raise socket.gaierror(
-                exc.errno, f"{exc.strerror} (looking up {host!r}: {_installed_hint[0]})"
-            ) from exc
+            raise socket.gaierror(exc.errno, f"{exc.strerror} (looking up {host!r}: {_installed_hint[0]})") from exc
 
     socket.socket.connect = connect  # type: ignore[method-assign]
     socket.getaddrinfo = getaddrinfo
@@ -293,9 +289,7 @@ def _show(address: Any) -> str:
 # The one call the runtime makes
 
 
-def enable_egress(
-    *, socket_path: str = DEFAULT_SOCKET_PATH, port: int = DEFAULT_PORT
-) -> EgressForwarder:
+def enable_egress(*, socket_path: str = DEFAULT_SOCKET_PATH, port: int = DEFAULT_PORT) -> EgressForwarder:
     """Start the forwarder and make HTTP clients in this process (and its children) use it.
 
     Call it before the toolkit's module is imported, in the process that runs the toolkit.

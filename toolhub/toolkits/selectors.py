@@ -10,8 +10,13 @@ from django.http import Http404
 from toolhub.toolkits.models import Revision, Toolkit
 
 
+# The big text columns of a revision that no list shows; leaving them out keeps a page of
+# twenty toolkits from loading up to twenty 512 KiB sources.
+_LIST_DEFERRED = [f"current_revision__{name}" for name in ("source", "build_log", "lock", "traceback")]
+
+
 def toolkit_list(*, user, query: str = "") -> QuerySet[Toolkit]:
-    qs = Toolkit.objects.select_related("current_revision", "owner")
+    qs = Toolkit.objects.select_related("current_revision", "owner").defer(*_LIST_DEFERRED)
     if query:
         qs = qs.filter(Q(title__icontains=query) | Q(author__icontains=query) | Q(slug__icontains=query))
     return qs.order_by("title", "slug")

@@ -35,7 +35,17 @@ def _settings_page(request: HttpRequest, slug: str, *, admin_valves: bool) -> Ht
     stored = valves.load_values(toolkit=toolkit, user=owner)
     errors: dict[str, list[str]] = {}
     values = stored
+    if admin_valves:
+        ctx["user_value_owners"] = _user_value_owners(toolkit)
     if request.method == "POST":
+        if admin_valves and request.POST.get("action") == "reset_user":
+            # Admins may wipe a user's settings (e.g. a leaked key) but never read them.
+            target = toolkit.valve_sets.filter(user_id=_int_or_none(request.POST.get("user"))).first()
+            if target is None:
+                raise Http404
+            valves.reset_values(toolkit=toolkit, user=target.user)
+            messages.success(request, _("The settings of %(user)s were reset.") % {"user": target.user.username})
+            return redirect(request.path)
         if request.POST.get("action") == "reset":
             valves.reset_values(toolkit=toolkit, user=owner)
             messages.success(request, _("Settings reset to the toolkit's defaults."))
@@ -65,7 +75,19 @@ def _settings_page(request: HttpRequest, slug: str, *, admin_valves: bool) -> Ht
         data=request.POST if request.method == "POST" else None,
     )
     ctx["errors"] = errors
+    ctx["form_errors"] = errors.get("__all__", [])
     return render(request, "toolkits/valves.html", ctx)
+
+
+def _user_value_owners(toolkit):
+    return [row.user for row in toolkit.valve_sets.filter(user__isnull=False).select_related("user").order_by("user__username")]
+
+
+def _int_or_none(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 def _resolve_text(text: str, *, toolkit) -> str:
