@@ -10,7 +10,7 @@ WHEELHOUSE := $(DATA)/wheelhouse
 PORT ?= 8000
 export TOOLHUB_DATA_DIR ?= $(DATA)
 
-.PHONY: run test lint lock wheelhouse system deps data messages bench clean
+.PHONY: run test lint lock wheelhouse system system-test deps data messages bench clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ deps: $(VENV)/.installed
 # another user it only checks and tells what is missing.
 system:
 	@./scripts/system-setup
+
+system-test:
+	@./scripts/system-setup test
 
 data:
 	@mkdir -p -m 0755 $(DATA)
@@ -51,7 +54,7 @@ run: deps system data
 
 # Tests run against $DATABASE_URL / $REDIS_URL when set (CI sets both), else SQLite and
 # the embedded broker.
-test: deps system wheelhouse
+test: deps system-test wheelhouse
 	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/ruff check .
 	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/pytest $(PYTEST_ARGS)
 

@@ -62,14 +62,38 @@ def require_sandbox() -> None:
 
 
 def sandbox_processes() -> list[str]:
-    """`ps` lines of every process the sandbox user owns, zombies included."""
+    """`ps` lines of the processes the sandbox user owns in this process's cgroup subtree.
+
+    On a CI machine that subtree is the whole machine. On a shared development machine the
+    cgroup keeps out the sandboxes that other test sessions run at the same moment, while
+    anything started by this session (which inherits its cgroup) is still seen.
+    """
     result = subprocess.run(
         ["ps", "-u", SANDBOX_USER, "-o", "pid=,stat=,args="],
         capture_output=True,
         text=True,
         check=False,
     )
-    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+    own = _memory_cgroup("self")
+    lines = []
+    for line in result.stdout.splitlines():
+        pid = line.split(maxsplit=1)[0] if line.strip() else ""
+        theirs = _memory_cgroup(pid)
+        if own is None or theirs is None or theirs == own or theirs.startswith(own.rstrip("/") + "/"):
+            lines.append(line.strip())
+    return lines
+
+
+def _memory_cgroup(pid: str) -> str | None:
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return path
+    return None
 
 
 def wait_for_no_sandbox_processes(timeout: float = 1.0) -> list[str]:

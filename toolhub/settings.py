@@ -215,6 +215,11 @@ TOOLHUB_INVOKE_WAIT_SECONDS = env.float("TOOLHUB_INVOKE_WAIT_SECONDS", default=3
 # the reaper (the worker that had it died).
 TOOLHUB_STALE_AFTER_SECONDS = env.float("TOOLHUB_STALE_AFTER_SECONDS", default=300.0)
 
+# NETWORK EGRESS (for toolkits an admin granted it)
+# ------------------------------------------------------------------------------
+TOOLHUB_EGRESS_MAX_BYTES = env.int("TOOLHUB_EGRESS_MAX_BYTES", default=50 * 1024 * 1024)
+TOOLHUB_EGRESS_MAX_CONNECTIONS = env.int("TOOLHUB_EGRESS_MAX_CONNECTIONS", default=50)
+
 # LOGGING
 # ------------------------------------------------------------------------------
 LOGGING = {

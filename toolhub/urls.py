@@ -8,6 +8,7 @@ from toolhub.api.api import api
 from toolhub.packages import views as packages
 from toolhub.runs import views as runs
 from toolhub.toolkits import views as toolkits
+from toolhub.toolkits import views_egress as toolkit_egress
 from toolhub.toolkits import views_settings as toolkit_settings
 
 urlpatterns = [
@@ -30,6 +31,7 @@ urlpatterns = [
     path("toolkits/<slug:slug>/environment/", packages.toolkit_environment, name="toolkit_environment"),
     path("toolkits/<slug:slug>/environment/live/", packages.toolkit_environment_live, name="toolkit_environment_live"),
     path("toolkits/<slug:slug>/environment/retry/", packages.toolkit_retry, name="toolkit_retry"),
+    path("toolkits/<slug:slug>/egress/", toolkit_egress.toolkit_egress, name="toolkit_egress"),
     path("toolkits/<slug:slug>/valves/", toolkit_settings.toolkit_valves, name="toolkit_valves"),
     path("toolkits/<slug:slug>/settings/", toolkit_settings.toolkit_user_valves, name="toolkit_user_valves"),
     path("toolkits/<slug:slug>/tools/", runs.toolkit_tools, name="toolkit_tools"),

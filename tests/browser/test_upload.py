@@ -32,7 +32,7 @@ class Tools:
 def _second_revision(tmp_path: Path) -> Path:
     """string_reverse with a new version and one changed line, as a file to upload."""
     source = (EXAMPLES / "string_reverse.py").read_text()
-    changed = source.replace("version: 0.4.0", "version: 0.5.0").replace(
+    changed = source.replace("\nversion: 0.4.0", "\nversion: 0.5.0").replace(
         'return "Wrong API key"', 'return "Wrong API key, ask an admin"'
     )
     assert changed != source
@@ -52,7 +52,7 @@ def test_an_author_uploads_a_file_and_sees_the_manifest(page: Page, login, alice
     expect(page.locator(".messages")).to_contain_text("Toolkit uploaded as revision 1.")
     expect(page.get_by_role("link", name="Overview")).to_have_attribute("aria-current", "page")
     manifest = page.locator("table.manifest")
-    for key, value in [("title", "String Inverse"), ("author", "Your Name"), ("version", "0.4.0"), ("licence", "MIT")]:
+    for key, value in [("title", "String Inverse"), ("author", "Your Name"), ("version", "0.4.0"), ("license", "MIT")]:
         expect(manifest.locator("tr", has=page.locator(f"th:text-is('{key}')")).locator("td")).to_have_text(value)
     expect(manifest.get_by_role("link", name="https://website.com")).to_have_attribute("href", "https://website.com")
     expect(page.locator("h1")).to_contain_text("String Inverse")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from toolhub.runs.models import Invocation
-from toolhub.toolkits.display import resolve
+from toolhub.toolkits.display import resolve, tool_display
 from toolhub.toolkits.models import Toolkit
 
 
@@ -24,28 +24,31 @@ def toolkit_summary(toolkit: Toolkit) -> dict:
 
 
 def display_for(toolkit: Toolkit, revision, language: str) -> dict:
-    """Display strings resolved for a language. LLM-facing fields are left alone elsewhere."""
-    def r(text):
-        return resolve(text, toolkit=toolkit, language=language).text
-
-    tools = {}
-    meta = revision.plugin_metadata if revision and revision.plugin_metadata else None
-    for spec in (revision.tools if revision else []) or []:
-        function = spec.get("function", {})
-        name = function.get("name", "")
-        entry = {"name": name, "description": function.get("description", ""), "parameters": {}}
-        if meta and meta.get("name") == name:
-            entry["name"] = r(meta.get("displayName") or name)
-            entry["description"] = r(meta.get("displayDescription") or entry["description"])
-            for pname, p in (meta.get("parameters") or {}).items():
-                entry["parameters"][pname] = r(p.get("displayDescription") or p.get("description", ""))
-        else:
-            for pname, p in (function.get("parameters") or {}).get("properties", {}).items():
-                entry["parameters"][pname] = p.get("description", "")
-        tools[name] = entry
+    """Display strings resolved for a language: the title, the frontmatter description, and
+    each tool's display name and descriptions. LLM-facing strings are never resolved: where a
+    tool has no display string, its LLM-facing text is shown as written."""
+    manifest = revision.manifest if revision else {}
+    title = revision.title if revision else toolkit.title
+    shown_tools = tool_display(revision=revision, toolkit=toolkit, language=language)
+    plugin = (revision.plugin_metadata or {}).get("name") if revision else None
+    if manifest.get("description"):
+        description = resolve(manifest["description"], toolkit=toolkit, language=language).text
+    elif plugin in shown_tools:
+        # A RAGFlow plugin without frontmatter: people see its displayDescription, as in RAGFlow.
+        description = shown_tools[plugin].description.text
+    else:
+        description = revision.description if revision else ""
+    tools = {
+        name: {
+            "name": shown.name.text,
+            "description": shown.description.text,
+            "parameters": {pname: text.text for pname, text in shown.parameters.items()},
+        }
+        for name, shown in shown_tools.items()
+    }
     return {
-        "title": r(revision.title if revision else toolkit.title),
-        "description": r(revision.description if revision else ""),
+        "title": resolve(title, toolkit=toolkit, language=language).text,
+        "description": description,
         "tools": tools,
     }
 

@@ -75,7 +75,7 @@ _PASSED_THROUGH = (
 
 def minimal_env(home: Path) -> dict[str, str]:
     return {
-        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
@@ -256,7 +256,8 @@ def explain_failure(
 
     network = [line for line in lines if _NETWORK_ERRORS.search(line)]
     if network:
-        return "index unreachable: " + _describe_network_error(network, index_url)
+        fetches = [line for line in lines if "fetch" in line.lower()]
+        return "index unreachable: " + _describe_network_error(network + fetches, index_url)
 
     hashes = re.search(r"Hash mismatch for `?([^`\s:]+)", text)
     if hashes or "THESE PACKAGES DO NOT MATCH THE HASHES" in text:

@@ -652,11 +652,9 @@ def _key_lock(root: Path, key: str, *, wait_seconds: float, log: Log) -> Iterato
 
 @contextlib.contextmanager
 def _try_key_lock(root: Path, key: str) -> Iterator[bool]:
-    path = root / ".locks" / f"{key}.lock"
-    if not path.exists():
-        yield True
-        return
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    """Like _key_lock without waiting: yields whether the lock was free (and is now held)."""
+    (root / ".locks").mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / ".locks" / f"{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

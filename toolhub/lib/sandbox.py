@@ -117,8 +117,8 @@ SANDBOX_ENV_PATH = "/opt/env"
 SANDBOX_RUNTIME_PATH = "/opt/runtime"
 SANDBOX_SOURCE_PATH = "/opt/toolkit/toolkit.py"
 
-# The environment bwrap itself runs with. bwrap's reaper is pid 1 inside the sandbox and its
-# /proc/1/environ is readable there, so the worker's own variables must never reach bwrap.
+# The environment bwrap itself runs with. The worker's own variables must never reach bwrap:
+# without --as-pid-1, bwrap's reaper is pid 1 inside and its /proc/1/environ is readable there.
 _BWRAP_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
 # The environment of the sandboxed command.
@@ -130,6 +130,20 @@ _SANDBOX_ENV = {
     "PYTHONUNBUFFERED": "1",
     "MALLOC_ARENA_MAX": "2",
 }
+
+# Namespaces and process hygiene, shared by every bwrap command line here. --unshare-all
+# covers user, pid, network, IPC, UTS and cgroup; --unshare-user makes the user namespace
+# compulsory rather than "if possible". With --as-pid-1 the command itself is pid 1 of its
+# namespace, so bwrap waits for it directly; with bwrap's own reaper as pid 1, that reaper is
+# left as a zombie for the host's init whenever a run ends.
+_ISOLATION_ARGS = (
+    "--unshare-all",
+    "--unshare-user",
+    "--disable-userns",
+    "--die-with-parent",
+    "--new-session",
+    "--as-pid-1",
+)
 
 # Top-level directories that a merged-usr system keeps as symlinks into /usr, and that a
 # dynamically linked interpreter reaches through (the ELF loader lives at /lib64/...).
@@ -246,23 +260,8 @@ def check_sandbox(
     identity = _resolve_identity(bwrap=bwrap, sandbox_user=sandbox_user)
     if not probe:
         return
-    argv = [
-        identity.bwrap,
-        "--unshare-all",
-        "--unshare-user",
-        "--disable-userns",
-        "--die-with-parent",
-        "--new-session",
-        "--as-pid-1",
-        "--clearenv",
-        *_usr_args(),
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--",
-        "/usr/bin/true",
-    ]
+    argv = [identity.bwrap, *_ISOLATION_ARGS, "--clearenv", *_usr_args(), "--proc", "/proc", "--dev", "/dev"]
+    argv += ["--", "/usr/bin/true"]
     try:
         completed = subprocess.run(
             argv,
@@ -567,68 +566,23 @@ def _bwrap_argv(
     extra_binds: Sequence[tuple[Path, str]],
     argv: Sequence[str],
 ) -> list[str]:
-    args = [
-        bwrap,
-        "--unshare-all",
-        "--unshare-user",
-        "--disable-userns",
-        "--die-with-parent",
-        "--new-session",
-        # The command itself is pid 1 of the namespace, so bubblewrap waits for it directly
-        # and reaps it; with bubblewrap's own reaper as pid 1 that reaper is left as a
-        # zombie for the host's init whenever the run ends.
-        "--as-pid-1",
-        "--hostname",
-        "sandbox",
-        "--clearenv",
-    ]
+    args = [bwrap, *_ISOLATION_ARGS, "--hostname", "sandbox", "--clearenv"]
     for name, value in _SANDBOX_ENV.items():
         args += ["--setenv", name, value]
     args += _usr_args()
     prefix = _interpreter_prefix(interpreter_env)
     if prefix is not None:
         args += ["--ro-bind", str(prefix), str(prefix)]
-    args += [
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--size",
-        str(limits.tmp_bytes),
-        "--tmpfs",
-        "/tmp",
-        "--size",
-        str(limits.tmp_bytes),
-        "--tmpfs",
-        "/dev/shm",
-        "--ro-bind",
-        str(interpreter_env),
-        SANDBOX_ENV_PATH,
-        "--ro-bind",
-        str(runtime_dir),
-        SANDBOX_RUNTIME_PATH,
-        "--perms",
-        "0444",
-        "--ro-bind-data",
-        str(source_fd),
-        SANDBOX_SOURCE_PATH,
-    ]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]
+    args += ["--ro-bind", str(interpreter_env), SANDBOX_ENV_PATH, "--ro-bind", str(runtime_dir), SANDBOX_RUNTIME_PATH]
+    args += ["--perms", "0444", "--ro-bind-data", str(source_fd), SANDBOX_SOURCE_PATH]
     for host_path, sandbox_path in extra_binds:
         args += ["--ro-bind", str(host_path), sandbox_path]
-    args += [
-        # The new root and /dev are tmpfs mounts without a size cap; once everything is
-        # mounted they become read-only so the code cannot fill memory through them.
-        "--remount-ro",
-        "/dev",
-        "--remount-ro",
-        "/",
-        "--chdir",
-        "/tmp",
-        "--json-status-fd",
-        str(status_fd),
-        "--",
-        *argv,
-    ]
+    # The new root and /dev are tmpfs mounts without a size cap; once everything is mounted
+    # they become read-only so the code cannot fill memory through them.
+    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
+    args += ["--json-status-fd", str(status_fd), "--", *argv]
     return args
 
 

@@ -4,6 +4,9 @@ host, and the limits from settings."""
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -53,3 +56,36 @@ def run(*, revision: Revision, env_dir: Path, request: dict, on_message, limits_
         bwrap=settings.TOOLHUB_BWRAP,
         extra_binds=extra_binds,
     )
+
+
+SANDBOX_SOCKET = "/run/egress.sock"
+
+
+@contextmanager
+def egress_for(toolkit):
+    """For a toolkit with an egress grant: a filtering proxy for the length of one run, on a
+    UNIX socket that is bound into the sandbox. Yields (extra_binds, request field, handle),
+    or empty values when the toolkit has no grant (the sandbox then has no network)."""
+    if not toolkit.egress_granted:
+        yield (), None, None
+        return
+    from toolhub.lib.egress import EgressPolicy, run_proxy_in_thread
+
+    policy = EgressPolicy(
+        allow_hosts=list(toolkit.egress_hosts) or None,
+        max_bytes=settings.TOOLHUB_EGRESS_MAX_BYTES,
+        max_connections=settings.TOOLHUB_EGRESS_MAX_CONNECTIONS,
+    )
+    # A short path: UNIX socket paths are limited to about 107 bytes.
+    directory = Path(tempfile.mkdtemp(prefix="th-egress-", dir="/tmp"))
+    directory.chmod(0o711)
+    handle = run_proxy_in_thread(policy, directory / "egress.sock")
+    try:
+        binds = [(directory / "egress.sock", SANDBOX_SOCKET)]
+        if Path("/etc/ssl/certs").is_dir():
+            # urllib and aiohttp verify HTTPS against the system store.
+            binds.append((Path("/etc/ssl/certs"), "/etc/ssl/certs"))
+        yield binds, {"socket_path": SANDBOX_SOCKET}, handle
+    finally:
+        handle.stop()
+        shutil.rmtree(directory, ignore_errors=True)

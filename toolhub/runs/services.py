@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 
-import jsonschema
 from django.conf import settings
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
+from toolhub.lib import schema_forms
 from toolhub.runs.models import FINISHED, Invocation, RunStatus
 from toolhub.toolkits.models import Status, Toolkit
 
@@ -30,18 +30,24 @@ def tool_spec(revision, tool: str) -> dict | None:
 
 
 def check_arguments(parameters: dict, arguments: object) -> list[tuple[str, str | None]]:
-    """Validate arguments against a tool's JSON schema; one error per offending field."""
+    """Validate arguments against a tool's JSON schema: (message, field) pairs, the field being
+    the top-level argument concerned or None.
+
+    The schema was written by the toolkit's author, so the checks of toolhub.lib.schema_forms
+    are used: a broken schema, a bad regular expression or a remote `$ref` becomes an error
+    message instead of a crash (or a fetch), and no message quotes a submitted value."""
     if not isinstance(arguments, dict):
-        return [("arguments must be a JSON object", "arguments")]
-    validator = jsonschema.Draft202012Validator(parameters or {"type": "object"})
-    errors = []
-    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.path)):
-        if error.validator == "required":
-            missing = error.message.split("'")[1] if "'" in error.message else None
-            errors.append(("This field is required.", missing))
-        else:
-            field = str(error.path[0]) if error.path else None
-            errors.append((error.message, field))
+        return [("The arguments must be a JSON object.", "arguments")]
+    errors: list[tuple[str, str | None]] = []
+    for name in arguments:
+        # The runtime refuses these anyway; refusing them here keeps such a call from being
+        # queued at all.
+        if str(name).startswith("_"):
+            errors.append(("Names starting with an underscore are injected by ToolHub, not passed.", str(name)))
+    found = schema_forms.validate(parameters or {"type": "object", "properties": {}}, arguments)
+    for field, messages in found.items():
+        for message in messages:
+            errors.append((message, None if field == schema_forms.ALL_ERRORS else field))
     return errors
 
 

@@ -162,7 +162,13 @@ def run_invocation(invocation_id: str) -> None:
     }
     try:
         env_dir = ensure_revision_environment(revision)
-        outcome = sandbox.run(revision=revision, env_dir=env_dir, request=request, on_message=_Recorder(invocation))
+        with sandbox.egress_for(invocation.toolkit) as (binds, egress, proxy):
+            request["egress"] = egress
+            outcome = sandbox.run(
+                revision=revision, env_dir=env_dir, request=request, on_message=_Recorder(invocation), extra_binds=binds
+            )
+            if proxy is not None:
+                Invocation.objects.filter(pk=invocation.pk).update(egress=proxy.stop())
     except envlib.BuildFailed as exc:
         _finish(invocation, RunStatus.FAILED, error=f"The toolkit's environment could not be built: {exc.reason}")
         return

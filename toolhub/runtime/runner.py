@@ -7,7 +7,8 @@ The host writes one request line on stdin:
     {"op": "invoke", "source_path": ..., "tool": "name", "arguments": {...},
      "valves": {...} | null, "user_valves": {...} | null,
      "user": {"id", "name", "email", "role"}, "metadata": {...}, "messages": [...],
-     "files": [...], "model": ... | null, "id": "...", "call_timeout": 60}
+     "files": [...], "model": ... | null, "id": "...", "call_timeout": 60,
+     "egress": {"socket_path": "/run/egress.sock"} | null}
 
 The runtime writes, on its original stdout:
     {"kind": "event", "event": {"type": T, "data": D}}     for each __event_emitter__ call
@@ -50,5 +51,18 @@ def _answer(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
     if op == "introspect":
         return loader.introspect(source_path)
     if op == "invoke":
+        _network(request.get("egress"))
         return invoke.invoke(request, channel)
     raise ProtocolError(f"unknown op {op!r}")
+
+
+def _network(egress: Any) -> None:
+    """Before the toolkit loads: route HTTP clients through the host's egress proxy when an
+    admin granted it, and in every case turn "network unreachable" into an error that
+    says why."""
+    from . import egress_forwarder
+
+    if isinstance(egress, dict) and isinstance(egress.get("socket_path"), str):
+        egress_forwarder.enable_egress(socket_path=egress["socket_path"])
+    else:
+        egress_forwarder.install_clear_network_errors(granted=False)

@@ -54,6 +54,15 @@ class Toolkit(models.Model):
         return self.revisions.order_by("-number").first()
 
 
+# Modules whose import means the toolkit talks to the network (the static check at upload
+# warns when such a toolkit has no egress grant).
+NETWORK_MODULES = frozenset({
+    "aiohttp", "boto3", "botocore", "ftplib", "grpc", "http", "httpx", "imaplib", "openai", "anthropic",
+    "paramiko", "poplib", "pycurl", "requests", "smtplib", "socket", "telnetlib", "urllib", "urllib3",
+    "websocket", "websockets", "xmlrpc",
+})
+
+
 class Revision(models.Model):
     """One uploaded version of a toolkit's source. The source never changes after upload;
     the lifecycle fields (status, lock, specs) are filled in by the workers."""
@@ -100,6 +109,17 @@ class Revision(models.Model):
         self.status = status
         self.status_detail = detail
         self.status_changed_at = timezone.now()
+
+    @property
+    def network_imports(self) -> list[str]:
+        return sorted(set(self.imports or []) & NETWORK_MODULES)
+
+    def hosts_changed_since(self) -> tuple[Revision | None, list[str]]:
+        """The revision before this one and the hosts this one mentions that it did not."""
+        previous = self.toolkit.revisions.filter(number__lt=self.number).order_by("-number").first()
+        if previous is None:
+            return None, []
+        return previous, sorted(set(self.hosts or []) - set(previous.hosts or []))
 
     @property
     def requirement_texts(self) -> list[str]:

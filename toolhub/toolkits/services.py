@@ -39,6 +39,32 @@ def validate_slug(slug: str) -> str:
     return slug
 
 
+def _check_lengths(parsed: ParsedToolkit) -> None:
+    """Refuse frontmatter values longer than their columns: PostgreSQL would fail the
+    insert with a server error, and SQLite would quietly keep the overlong value."""
+    limits = {
+        "title": Revision._meta.get_field("title").max_length,
+        "author": Toolkit._meta.get_field("author").max_length,
+        "version": Revision._meta.get_field("version").max_length,
+    }
+    errors = []
+    for key, limit in limits.items():
+        value = getattr(parsed, key)
+        if len(value) > limit:
+            line = parsed.manifest_lines.get(key)
+            where = f" on line {line}" if line else ""
+            message = f"The {key}{where} is {len(value)} characters long; ToolHub keeps at most {limit}."
+            errors.append(SourceError(message=message, line=line, code="too_long"))
+    if errors:
+        raise ToolkitSourceInvalid(errors)
+
+
+def _parse(source: bytes | str, filename: str | None) -> ParsedToolkit:
+    parsed = parse_toolkit_source(source, filename=filename)
+    _check_lengths(parsed)
+    return parsed
+
+
 def _new_revision(*, toolkit: Toolkit, parsed: ParsedToolkit, user, number: int) -> Revision:
     return Revision.objects.create(
         toolkit=toolkit,
@@ -63,7 +89,7 @@ def _new_revision(*, toolkit: Toolkit, parsed: ParsedToolkit, user, number: int)
 def toolkit_create(*, source: bytes | str, user, slug: str | None = None, filename: str | None = None) -> UploadResult:
     """Check the source and create a toolkit with its first revision. Raises
     ToolkitSourceInvalid (with every problem found) and stores nothing on error."""
-    parsed = parse_toolkit_source(source, filename=filename)
+    parsed = _parse(source, filename)
     slug = validate_slug(slug) if slug else parsed.suggested_slug
     if Toolkit.objects.filter(slug=slug).exists():
         raise _slug_error(f"A toolkit with the slug {slug!r} exists already; choose another slug.")
@@ -83,7 +109,7 @@ def toolkit_create(*, source: bytes | str, user, slug: str | None = None, filena
 def revision_upload(*, toolkit: Toolkit, source: bytes | str, user, filename: str | None = None) -> UploadResult:
     """Add a revision to an existing toolkit. Identical source adds nothing and returns the
     revision that already holds it."""
-    parsed = parse_toolkit_source(source, filename=filename)
+    parsed = _parse(source, filename)
     with transaction.atomic():
         toolkit = Toolkit.objects.select_for_update().get(pk=toolkit.pk)
         latest = toolkit.revisions.order_by("-number").first()
@@ -133,6 +159,32 @@ def toolkit_rollback(*, toolkit: Toolkit, number: int) -> Revision:
     ):
         _submit(revision)
     return revision
+
+
+class InvalidEgressHosts(ValueError):
+    pass
+
+
+def toolkit_set_egress(*, toolkit: Toolkit, granted: bool, hosts: list[str], by) -> Toolkit:
+    """Grant or withdraw network egress. `hosts` limits it to names or `*.domain` patterns;
+    an empty list means any public host. Loopback and private addresses stay refused."""
+    from toolhub.lib.egress_rules import validate_host_pattern
+
+    cleaned = []
+    for raw in hosts:
+        raw = raw.strip()
+        if not raw:
+            continue
+        try:
+            cleaned.append(validate_host_pattern(raw))
+        except ValueError as exc:
+            raise InvalidEgressHosts(f"{raw!r}: {exc}") from None
+    toolkit.egress_granted = granted
+    toolkit.egress_hosts = sorted(set(cleaned)) if granted else []
+    toolkit.egress_granted_by = by if granted else None
+    toolkit.egress_granted_at = timezone.now() if granted else None
+    toolkit.save(update_fields=["egress_granted", "egress_hosts", "egress_granted_by", "egress_granted_at"])
+    return toolkit
 
 
 def toolkit_delete(*, toolkit: Toolkit) -> None:

@@ -18,13 +18,24 @@ PAGE_SIZE = 20
 
 
 def _read_upload(request: HttpRequest) -> tuple[bytes | str | None, str | None]:
+    """The submitted file, else the pasted source; raises ToolkitSourceInvalid for a file
+    over the size limit."""
     upload = request.FILES.get("file")
     if upload is not None:
-        # Read one byte past the limit so the size check can say the file is too big
-        # without reading an arbitrarily large upload into memory.
-        return upload.read(MAX_SOURCE_BYTES + 1), upload.name
+        if upload.size > MAX_SOURCE_BYTES:
+            # Django has already spooled the upload to disk; the check says how big it
+            # really is instead of reading it into memory to find out.
+            raise ToolkitSourceInvalid([_too_large(upload.size)])
+        return upload.read(), upload.name
     pasted = request.POST.get("source", "")
     return (pasted if pasted.strip() else None), None
+
+
+def _too_large(size: int) -> SourceError:
+    message = _("The file is %(size)s bytes (%(kib).1f KiB); the limit is 512 KiB (%(limit)s bytes).") % {
+        "size": f"{size:,}", "kib": size / 1024, "limit": f"{MAX_SOURCE_BYTES:,}",
+    }
+    return SourceError(message=message, code="too_large")
 
 
 def _source_with_errors(source, errors) -> list[dict]:
@@ -37,10 +48,35 @@ def _source_with_errors(source, errors) -> list[dict]:
     for error in errors:
         if error.line:
             by_line.setdefault(error.line, []).append(error.message)
-    lines = source.splitlines()
     if not by_line:
         return []
+    # Lines counted the way the checks count them: only CR, LF and CRLF end a line
+    # (`str.splitlines` would also cut at form feeds and U+2028, shifting every number).
+    lines = source.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
     return [{"number": i, "text": text, "errors": by_line.get(i, [])} for i, text in enumerate(lines, start=1)]
+
+
+def _check_upload(request: HttpRequest, ctx: dict, submit) -> HttpResponse | None:
+    """Read the submitted source and pass it to `submit`; on errors, fill `ctx` so the
+    page lists them next to the offending lines, and return None."""
+    try:
+        source, filename = _read_upload(request)
+    except ToolkitSourceInvalid as exc:
+        ctx["errors"] = exc.errors
+        return None
+    if source is None:
+        ctx["errors"] = [SourceError(message=_("Choose a file or paste the source of a toolkit."))]
+        return None
+    try:
+        return submit(source=source, filename=filename)
+    except ToolkitSourceInvalid as exc:
+        ctx["errors"] = exc.errors
+        ctx["listing"] = _source_with_errors(source, exc.errors)
+        if isinstance(source, str):
+            ctx["pasted"] = source
+        return None
 
 
 @login_required
@@ -56,24 +92,18 @@ def toolkit_list(request: HttpRequest) -> HttpResponse:
 def toolkit_new(request: HttpRequest) -> HttpResponse:
     if not can_upload(request.user):
         return HttpResponseForbidden(_("You may not upload toolkits."))
-    ctx: dict = {"slug": request.POST.get("slug", "")}
+    slug = request.POST.get("slug", "").strip()
+    ctx: dict = {"slug": slug}
     if request.method == "POST":
-        source, filename = _read_upload(request)
-        if source is None:
-            ctx["errors"] = [SourceError(message=_("Choose a file or paste the source of a toolkit."))]
-        else:
-            try:
-                result = services.toolkit_create(
-                    source=source, user=request.user, slug=request.POST.get("slug", "").strip() or None, filename=filename
-                )
-            except ToolkitSourceInvalid as exc:
-                ctx["errors"] = exc.errors
-                ctx["listing"] = _source_with_errors(source, exc.errors)
-                if isinstance(source, str):
-                    ctx["pasted"] = source
-            else:
-                messages.success(request, _("Toolkit uploaded as revision %(n)s.") % {"n": result.revision.number})
-                return redirect(result.toolkit)
+
+        def submit(*, source, filename) -> HttpResponse:
+            result = services.toolkit_create(source=source, user=request.user, slug=slug or None, filename=filename)
+            messages.success(request, _("Toolkit uploaded as revision %(n)s.") % {"n": result.revision.number})
+            return redirect(result.toolkit)
+
+        response = _check_upload(request, ctx, submit)
+        if response is not None:
+            return response
     return render(request, "toolkits/new.html", ctx)
 
 
@@ -149,23 +179,19 @@ def toolkit_upload(request: HttpRequest, slug: str) -> HttpResponse:
         return HttpResponseForbidden(_("Only the toolkit's owner and admins may upload revisions."))
     ctx = _detail_context(request, toolkit, "revisions")
     if request.method == "POST":
-        source, filename = _read_upload(request)
-        if source is None:
-            ctx["errors"] = [SourceError(message=_("Choose a file or paste the source of a toolkit."))]
-        else:
-            try:
-                result = services.revision_upload(toolkit=toolkit, source=source, user=request.user, filename=filename)
-            except ToolkitSourceInvalid as exc:
-                ctx["errors"] = exc.errors
-                ctx["listing"] = _source_with_errors(source, exc.errors)
-                if isinstance(source, str):
-                    ctx["pasted"] = source
+
+        def submit(*, source, filename) -> HttpResponse:
+            result = services.revision_upload(toolkit=toolkit, source=source, user=request.user, filename=filename)
+            n = {"n": result.revision.number}
+            if result.created:
+                messages.success(request, _("Uploaded revision %(n)s.") % n)
             else:
-                if result.created:
-                    messages.success(request, _("Uploaded revision %(n)s.") % {"n": result.revision.number})
-                else:
-                    messages.info(request, _("The source is identical to revision %(n)s; nothing was added.") % {"n": result.revision.number})
-                return redirect("toolkit_revisions", slug=toolkit.slug)
+                messages.info(request, _("The source is identical to revision %(n)s; nothing was added.") % n)
+            return redirect("toolkit_revisions", slug=toolkit.slug)
+
+        response = _check_upload(request, ctx, submit)
+        if response is not None:
+            return response
     return render(request, "toolkits/upload.html", ctx)
 
 

@@ -3,24 +3,48 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 from django import template
+from django.contrib.auth.models import AnonymousUser
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 
-from toolhub.toolkits.display import resolve
+from toolhub.accounts.roles import is_admin
+from toolhub.toolkits.display import Resolved, resolve, tool_display
 
 register = template.Library()
 
 
+def _shown(context, resolved: Resolved):
+    """A resolved display string for the page. Admins see a mark on keys that have no
+    translation, so they know to add one; everyone else sees the bare key."""
+    if not resolved.translated and is_admin(context.get("user") or AnonymousUser()):
+        return format_html(
+            '<span class="untranslated" title="{}">{}</span>',
+            _("untranslated: add it on the toolkit's Translations tab"),
+            resolved.text,
+        )
+    return resolved.text
+
+
 @register.simple_tag(takes_context=True)
 def display(context, text, toolkit=None):
-    """Resolve a display string (`$t:` keys) for the active language. Admins see a mark on
-    keys that have no translation, so they know to add one."""
-    resolved = resolve(text, toolkit=toolkit)
-    if not resolved.translated:
-        user = context.get("user")
-        if user is not None and user.is_staff:
-            return format_html('<span class="untranslated" title="{}">{}</span>', _("untranslated"), resolved.text)
-    return resolved.text
+    """Resolve a display string (`$t:` keys) for the active language:
+    `{% display revision.title toolkit %}`."""
+    return _shown(context, resolve(text, toolkit=toolkit))
+
+
+@register.simple_tag(takes_context=True)
+def tool_display_name(context, revision, tool_name, toolkit=None):
+    """A tool's name as people see it: a RAGFlow plugin's `displayName` resolved, else the
+    tool's own name: `{% tool_display_name revision tool.name toolkit %}`."""
+    shown = tool_display(revision=revision, toolkit=toolkit or getattr(revision, "toolkit", None)).get(tool_name)
+    return _shown(context, shown.name) if shown else tool_name
+
+
+@register.simple_tag(takes_context=True)
+def tool_display_description(context, revision, tool_name, toolkit=None):
+    """A tool's description as people see it (a RAGFlow `displayDescription` resolved)."""
+    shown = tool_display(revision=revision, toolkit=toolkit or getattr(revision, "toolkit", None)).get(tool_name)
+    return _shown(context, shown.description) if shown else ""
 
 
 @register.simple_tag

@@ -1,0 +1,34 @@
+"""Network egress: granted per toolkit by an admin, optionally limited to host names."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from toolhub.accounts.roles import is_admin
+from toolhub.toolkits import services
+from toolhub.toolkits.selectors import get_toolkit_for_user
+
+
+@login_required
+@require_POST
+def toolkit_egress(request: HttpRequest, slug: str) -> HttpResponse:
+    toolkit = get_toolkit_for_user(user=request.user, slug=slug)
+    if not is_admin(request.user):
+        raise Http404
+    granted = request.POST.get("action") == "grant"
+    hosts = request.POST.get("hosts", "").replace(",", "\n").splitlines()
+    try:
+        services.toolkit_set_egress(toolkit=toolkit, granted=granted, hosts=hosts, by=request.user)
+    except services.InvalidEgressHosts as exc:
+        messages.error(request, _("Not a host name or pattern: %(error)s") % {"error": exc})
+    else:
+        if granted:
+            messages.success(request, _("Network egress granted."))
+        else:
+            messages.success(request, _("Network egress withdrawn: the toolkit has no network."))
+    return redirect("toolkit_detail", slug=toolkit.slug)
