@@ -142,3 +142,57 @@ def worker(transactional_db, tmp_path):
     proc = start_worker(tmp_path)
     yield proc
     proc.kill()
+
+
+# ------------------------------------------------------------------------------------------
+# Package approval and build fixtures (added for tests/test_package_queue.py and
+# tests/test_builds.py).
+
+
+def toolkit_source(title: str, requirements: str = "", *, version: str = "0.1.0") -> str:
+    """A small valid toolkit whose frontmatter asks for `requirements` (comma-separated)."""
+    requirement_line = f"requirements: {requirements}\n" if requirements else ""
+    return (
+        f'"""\ntitle: {title}\nauthor: tests\ndescription: A toolkit the tests made.\nversion: {version}\n'
+        f'{requirement_line}"""\n\n\n'
+        "class Tools:\n"
+        "    def echo(self, text: str) -> str:\n"
+        '        """\n        Return the text unchanged.\n        :param text: Any text\n        """\n'
+        "        return text\n"
+    )
+
+
+@pytest.fixture
+def bearer():
+    """Authorization headers for the API, with a fresh token of the given user."""
+    from toolhub.accounts.models import ApiToken
+
+    def _bearer(user) -> dict[str, str]:
+        _token, raw = ApiToken.issue(user=user, name="tests")
+        return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+
+    return _bearer
+
+
+@pytest.fixture
+def inline_tasks(monkeypatch):
+    """Run the build and introspection tasks in this process when they are queued.
+
+    Combine with `django_capture_on_commit_callbacks(execute=True)`: the services queue
+    tasks with transaction.on_commit, so this also shows that nothing is queued before the
+    transaction commits. Every queued task id is recorded in the returned list."""
+    from toolhub.packages.tasks import build_revision
+    from toolhub.runs.tasks import introspect_revision
+
+    queued: list[tuple[str, int]] = []
+
+    def _inline(task):
+        def delay(revision_id: int) -> None:
+            queued.append((task.name.rsplit(".", 1)[-1], revision_id))
+            task.run(revision_id)
+
+        return delay
+
+    monkeypatch.setattr(build_revision, "delay", _inline(build_revision))
+    monkeypatch.setattr(introspect_revision, "delay", _inline(introspect_revision))
+    return queued

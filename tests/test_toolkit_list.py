@@ -6,6 +6,8 @@ People (see conftest): admin is staff, alice and bob are toolkit authors, carol 
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 pytestmark = pytest.mark.django_db
@@ -71,6 +73,17 @@ def test_it_searches_by_author(client, alice, upload):
     body = client.get(URL, {"q": "lovelace"}).content.decode()
     assert "Stock Prices" in body
     assert "Weather Report" not in body
+
+
+def test_it_shows_a_translated_title(client, alice, upload):
+    from toolhub.toolkits.models import Translation
+
+    toolkit = upload(alice, _source("$t:weather.title"), slug="weather")
+    Translation.objects.create(toolkit=toolkit, language="en", key="weather.title", text="Weather Report")
+    client.force_login(alice)
+    body = client.get(URL).content.decode()
+    assert "Weather Report" in body
+    assert "$t:" not in body
 
 
 def test_it_says_when_nothing_matches_the_search(client, alice, upload):
@@ -161,11 +174,8 @@ def test_it_rejects_put_and_delete(client, alice):
     assert client.delete(URL).status_code == 405
 
 
-def _count_queries(client, django_assert_num_queries, n: int) -> int:
+def _count_queries(client, n: int) -> int:
     client.get(URL)  # Warm up the session and caches outside the count.
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     with CaptureQueriesContext(connection) as ctx:
         response = client.get(URL)
     assert response.status_code == 200
@@ -180,18 +190,19 @@ def test_its_query_count_is_pinned(client, alice, upload, django_assert_num_quer
     client.force_login(alice)
     client.get(URL)
     # The session, the user, her two permission lookups (may she upload?), the count for
-    # the paginator and the page itself, with each current revision joined in.
-    with django_assert_num_queries(6):
+    # the paginator, the page itself with each current revision joined in, and the
+    # translations of the toolkits on the page.
+    with django_assert_num_queries(7):
         response = client.get(URL)
     assert _rows(response) == min(count, 20)
 
 
-def test_its_query_count_does_not_grow_with_the_number_of_toolkits(client, alice, upload, django_assert_num_queries):
+def test_its_query_count_does_not_grow_with_the_number_of_toolkits(client, alice, upload):
     for i in range(3):
         upload(alice, _source(f"Few {i:02d}"))
     client.force_login(alice)
-    few = _count_queries(client, django_assert_num_queries, 3)
+    few = _count_queries(client, 3)
     for i in range(27):
         upload(alice, _source(f"More {i:02d}"))
-    many = _count_queries(client, django_assert_num_queries, 20)
+    many = _count_queries(client, 20)
     assert few == many

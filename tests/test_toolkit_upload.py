@@ -156,6 +156,17 @@ def test_it_refuses_a_chosen_slug_that_is_taken(client, alice, bob, upload):
     assert Toolkit.objects.count() == 1
 
 
+def test_it_refuses_the_slug_of_the_new_toolkit_page(client, alice):
+    client.force_login(alice)
+    # A toolkit at /toolkits/new/ could never be opened: that is this page.
+    response = client.post(NEW, {"source": GOOD.replace("title: Weather Report", "title: New")})
+    assert response.status_code == 200
+    assert "The slug &#x27;new&#x27; is reserved" in response.content.decode()
+    response = client.post(NEW, {"source": GOOD, "slug": "new"})
+    assert "is reserved" in response.content.decode()
+    assert _nothing_stored()
+
+
 def test_it_asks_for_a_file_or_source_when_both_are_empty(client, alice):
     client.force_login(alice)
     response = client.post(NEW, {"source": "   "})

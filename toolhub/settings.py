@@ -199,6 +199,8 @@ TOOLHUB_NO_INDEX = env.bool("TOOLHUB_NO_INDEX", default=False)
 TOOLHUB_INDEX_CERT = env.str("TOOLHUB_INDEX_CERT", default=os.environ.get("SSL_CERT_FILE", ""))
 TOOLHUB_BUILD_TIMEOUT = env.float("TOOLHUB_BUILD_TIMEOUT", default=900.0)
 TOOLHUB_BUILD_SILENCE_TIMEOUT = env.float("TOOLHUB_BUILD_SILENCE_TIMEOUT", default=300.0)
+# Refuse source distributions, so no package's build code runs on the worker.
+TOOLHUB_ONLY_BINARY = env.bool("TOOLHUB_ONLY_BINARY", default=False)
 TOOLHUB_APPROVE_TRANSITIVE = env.bool("TOOLHUB_APPROVE_TRANSITIVE", default=False)
 
 # SANDBOX

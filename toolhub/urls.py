@@ -9,6 +9,7 @@ from toolhub.packages import views as packages
 from toolhub.runs import views as runs
 from toolhub.toolkits import views as toolkits
 from toolhub.toolkits import views_egress as toolkit_egress
+from toolhub.toolkits import views_i18n as toolkit_i18n
 from toolhub.toolkits import views_settings as toolkit_settings
 
 urlpatterns = [
@@ -44,4 +45,7 @@ urlpatterns = [
     path("packages/decide/", packages.package_decide, name="package_decide"),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),
+    path("toolkits/<slug:slug>/translations/", toolkit_i18n.toolkit_translations, name="toolkit_translations"),
+    path("toolkits/<slug:slug>/translations/export/", toolkit_i18n.toolkit_translations_export, name="toolkit_translations_export"),
+    path("toolkits/<slug:slug>/translations/import/", toolkit_i18n.toolkit_translations_import, name="toolkit_translations_import"),
 ]

@@ -6,11 +6,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from toolhub.accounts.models import ApiToken
 
 
+@never_cache  # The response to the POST holds a secret; no cache may keep it.
 @login_required
 @require_http_methods(["GET", "POST"])
 def api_tokens(request: HttpRequest) -> HttpResponse:

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
-from django.http import Http404, HttpRequest
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponseNotAllowed, JsonResponse
+from django.urls import re_path
 from django.utils import translation
-from ninja import NinjaAPI
+from django.views.decorators.csrf import csrf_exempt
+from ninja import NinjaAPI, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
@@ -25,7 +30,46 @@ from toolhub.toolkits import selectors, services, valves
 
 logger = logging.getLogger(__name__)
 
-api = NinjaAPI(
+def _error_body(message: str) -> dict:
+    return {"errors": [{"message": message, "field": None, "line": None}]}
+
+
+def _json_not_allowed(view):
+    """Wrap a view of the API so django-ninja's plain-text 405 keeps the error shape."""
+
+    # `wraps` also copies the view's `csrf_exempt` mark, which django-ninja relies on.
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        if isinstance(response, HttpResponseNotAllowed):
+            allowed = response["Allow"]
+            message = f"Method {request.method} is not allowed here; use {allowed}."
+            response = JsonResponse(_error_body(message), status=405, headers={"Allow": allowed})
+        return response
+
+    return wrapper
+
+
+@csrf_exempt
+def _unknown_path(request, *args, **kwargs):
+    return JsonResponse(_error_body("No such endpoint."), status=404)
+
+
+class ToolHubApi(NinjaAPI):
+    """django-ninja answers a wrong method with plain text and leaves unknown paths to
+    Django's HTML 404 page; the contract allows nothing but the error shape."""
+
+    @property
+    def urls(self):
+        patterns, app_name, namespace = super().urls
+        for pattern in patterns:
+            pattern.callback = _json_not_allowed(pattern.callback)
+        # Last, so it only catches what no endpoint matched.
+        patterns.append(re_path(r"^.*$", _unknown_path))
+        return patterns, app_name, namespace
+
+
+api = ToolHubApi(
     title="ToolHub API",
     version="1",
     description="Manage toolkits, approve packages, edit valves and invoke tools.",
@@ -78,6 +122,13 @@ def _http_error(request, exc: HttpError):
     return api.create_response(request, {"errors": [{"message": str(exc), "field": None, "line": None}]}, status=exc.status_code)
 
 
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request, exc):
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    message = f"The request body is over {limit} bytes; a toolkit's source may be at most {MAX_SOURCE_BYTES} bytes."
+    return api.create_response(request, _error_body(message), status=413)
+
+
 @api.exception_handler(Exception)
 def _unexpected(request, exc):
     # Never a traceback or HTML in an API response.
@@ -86,7 +137,7 @@ def _unexpected(request, exc):
 
 
 def _source_errors(exc: ToolkitSourceInvalid) -> ApiError:
-    status = 409 if any(e.field == "slug" and "exists" in e.message for e in exc.errors) else 400
+    status = 409 if isinstance(exc, services.SlugTaken) else 400
     return ApiError(status, [{"message": e.message, "field": e.field, "line": e.line} for e in exc.errors])
 
 
@@ -132,7 +183,7 @@ def create_toolkit(request, payload: s.ToolkitIn):
         result = services.toolkit_create(source=payload.source, user=request.user, slug=payload.slug)
     except ToolkitSourceInvalid as exc:
         raise _source_errors(exc) from None
-    return 201, toolkit_out(result.toolkit, language=_language(request))
+    return Status(201, toolkit_out(result.toolkit, language=_language(request)))
 
 
 @api.get("/toolkits/{slug}", response={200: s.ToolkitOut, **ERRORS}, tags=["toolkits"])
@@ -164,7 +215,7 @@ def rollback_toolkit(request, slug: str, payload: s.RollbackIn):
 @api.delete("/toolkits/{slug}", response={204: None, **ERRORS}, tags=["toolkits"])
 def delete_toolkit(request, slug: str):
     services.toolkit_delete(toolkit=_manageable(request, slug))
-    return 204, None
+    return Status(204, None)
 
 
 # VALVES
@@ -275,8 +326,8 @@ def invoke(request, slug: str, tool: str, payload: s.InvokeIn):
     except run_services.InvocationRejected as exc:
         raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None
     if not payload.wait:
-        return 202, {"id": str(invocation.id), "status": invocation.status}
-    return 200, invocation_out(run_services.wait_for(invocation), with_events=True)
+        return Status(202, {"id": str(invocation.id), "status": invocation.status})
+    return Status(200, invocation_out(run_services.wait_for(invocation), with_events=True))
 
 
 def _invocation(request, invocation_id: str) -> Invocation:

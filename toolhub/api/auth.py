@@ -22,6 +22,13 @@ class TokenAuth(HttpBearer):
 class BrowserSession(SessionAuth):
     """The browser's session, with Django's CSRF check on unsafe methods."""
 
+    def _get_key(self, request):
+        # The CSRF check protects a signed-in browser. A caller without a session (a script
+        # with a missing or wrong token) must get 401, not a CSRF 403 that hides the cause.
+        if not request.user.is_authenticated:
+            return None
+        return super()._get_key(request)
+
     def authenticate(self, request, key):
         user = super().authenticate(request, key)
         return user if user is not None and user.is_active else None

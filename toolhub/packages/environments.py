@@ -19,13 +19,14 @@ def index_settings() -> envlib.IndexSettings:
         find_links=tuple(settings.TOOLHUB_FIND_LINKS),
         no_index=settings.TOOLHUB_NO_INDEX,
         cert=settings.TOOLHUB_INDEX_CERT or None,
+        only_binary=settings.TOOLHUB_ONLY_BINARY,
     )
 
 
-def timeouts() -> envlib.Timeouts:
-    return envlib.Timeouts(
-        total_seconds=settings.TOOLHUB_BUILD_TIMEOUT, silence_seconds=settings.TOOLHUB_BUILD_SILENCE_TIMEOUT
-    )
+def timeouts(total_seconds: float | None = None) -> envlib.Timeouts:
+    """The build limits from settings; `total_seconds` is what is left of a build's budget."""
+    total = settings.TOOLHUB_BUILD_TIMEOUT if total_seconds is None else total_seconds
+    return envlib.Timeouts(total_seconds=total, silence_seconds=settings.TOOLHUB_BUILD_SILENCE_TIMEOUT)
 
 
 def environments_root() -> Path:
@@ -46,7 +47,9 @@ class BuildLog:
 
     def __call__(self, line: str) -> None:
         self.lines.append(line.rstrip("\n"))
-        if time.monotonic() - self._flushed > self.interval:
+        # A command line ("$ uv pip install ...") starts a step that may stay silent for
+        # minutes, so it is written at once: the tab then shows what the build is doing.
+        if line.startswith("$ ") or time.monotonic() - self._flushed > self.interval:
             self.flush()
 
     @property
@@ -58,14 +61,16 @@ class BuildLog:
         Revision.objects.filter(pk=self.revision_id).update(build_log=self.text[-200_000:])
 
 
-def ensure_revision_environment(revision: Revision, log=None) -> Path:
+def ensure_revision_environment(revision: Revision, log=None, *, total_seconds: float | None = None) -> Path:
     """Build (or reuse) the environment for a revision's stored lock. Any worker host
     calls this before running a revision, so hosts need no shared disk."""
+    if not revision.lock:
+        raise envlib.BuildFailed("the revision has no lock yet; build it first")
     return envlib.ensure_environment(
         lock=revision.lock,
         root=environments_root(),
         interpreter=settings.TOOLHUB_INTERPRETER,
         index=index_settings(),
         log=log or (lambda line: None),
-        timeouts=timeouts(),
+        timeouts=timeouts(total_seconds),
     )

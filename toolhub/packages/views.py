@@ -1,17 +1,21 @@
 from __future__ import annotations
 
+from functools import wraps
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.db.models import Count, Prefetch
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from toolhub.accounts.roles import can_manage_toolkit, is_admin
 from toolhub.packages import services
 from toolhub.packages.models import Approval, Decision, Package, PackageRequest
-from toolhub.toolkits.models import Status
+from toolhub.toolkits.models import Revision, Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
 from toolhub.toolkits.views import _detail_context
 
@@ -22,14 +26,28 @@ def _admin_only(request: HttpRequest) -> None:
         raise Http404
 
 
+def _admin_required(view):
+    """404 for non-admins before anything else is checked, so that even the allowed
+    methods of the queue's endpoints are not revealed to them."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        _admin_only(request)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
 @login_required
+@_admin_required
 @require_GET
 def package_queue(request: HttpRequest) -> HttpResponse:
-    _admin_only(request)
     status = request.GET.get("status", Approval.PENDING)
     if status not in Approval.values:
         status = Approval.PENDING
-    requests = PackageRequest.objects.select_related("revision__toolkit").order_by("revision__toolkit__slug")
+    requests = PackageRequest.objects.select_related("revision__toolkit").order_by(
+        "revision__toolkit__slug", "revision__number"
+    )
     packages = (
         Package.objects.filter(status=status)
         .select_related("reviewed_by")
@@ -46,40 +64,50 @@ def package_queue(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@_admin_required
 @require_POST
 def package_decide(request: HttpRequest) -> HttpResponse:
-    _admin_only(request)
-    names = request.POST.getlist("name")
+    # Keep the order the admin saw, without repeats.
+    names = list(dict.fromkeys(name.strip() for name in request.POST.getlist("name") if name.strip()))
     action = request.POST.get("action")
+    back = redirect(_queue_url(request.POST.get("status")))
     if not names or action not in ("approve", "reject"):
         messages.error(request, _("Choose at least one package and an action."))
-        return redirect("package_queue")
-    if action == "reject":
-        reason = request.POST.get("reason", "").strip()
-        if not reason:
-            messages.error(request, _("Give a reason for rejecting; the toolkit's author will see it."))
-            return redirect("package_queue")
-        for name in names:
-            services.package_reject(name=name, user=request.user, reason=reason)
-        messages.success(request, _("Rejected: %(names)s") % {"names": ", ".join(names)})
-    else:
-        constraint = request.POST.get("constraint", "")
-        try:
-            for name in names:
-                services.package_approve(name=name, user=request.user, constraint=constraint)
-        except services.InvalidConstraint as exc:
-            messages.error(request, str(exc))
-            return redirect("package_queue")
-        messages.success(request, _("Approved: %(names)s") % {"names": ", ".join(names)})
-    return redirect("package_queue")
+        return back
+    reason = request.POST.get("reason", "").strip()
+    if action == "reject" and not reason:
+        messages.error(request, _("Give a reason for rejecting; the toolkit's author will see it."))
+        return back
+    try:
+        if action == "reject":
+            services.packages_reject(names=names, user=request.user, reason=reason)
+        else:
+            services.packages_approve(names=names, user=request.user, constraint=request.POST.get("constraint", ""))
+    except services.InvalidDecision as exc:
+        messages.error(request, str(exc))
+        return back
+    done = _("Rejected: %(names)s") if action == "reject" else _("Approved: %(names)s")
+    messages.success(request, done % {"names": ", ".join(names)})
+    return back
+
+
+def _queue_url(status: str | None) -> str:
+    # Back to the tab the decision was made on.
+    url = reverse("package_queue")
+    return f"{url}?status={status}" if status in Approval.values and status != Approval.PENDING else url
 
 
 def _environment_context(request: HttpRequest, slug: str) -> dict:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
     ctx = _detail_context(request, toolkit, "environment")
-    # The Environment tab follows the newest revision: that is the one being built.
-    ctx["shown"] = ctx["latest"] or ctx["revision"]
-    ctx["live"] = ctx["shown"] is not None and ctx["shown"].status == Status.BUILDING
+    # The Environment tab follows the newest revision: that is the one being built, unless
+    # a rollback is rebuilding the current one.
+    latest, current = ctx["latest"], ctx["revision"]
+    shown = latest or current
+    if current is not None and current.status == Status.BUILDING and shown.status != Status.BUILDING:
+        shown = current
+    ctx["shown"] = shown
+    ctx["live"] = shown is not None and shown.status == Status.BUILDING
     return ctx
 
 
@@ -92,7 +120,14 @@ def toolkit_environment(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def toolkit_environment_live(request: HttpRequest, slug: str) -> HttpResponse:
-    return render(request, "packages/_environment_live.html", _environment_context(request, slug))
+    """The polled fragment of the Environment tab."""
+    ctx = _environment_context(request, slug)
+    response = render(request, "packages/_environment_live.html", ctx)
+    if request.headers.get("HX-Request") and not ctx["live"]:
+        # Only a building page polls; once the build is over the status in the page's header
+        # is stale too, so the whole page is reloaded (once: it no longer polls).
+        response["HX-Refresh"] = "true"
+    return response
 
 
 @login_required
@@ -101,13 +136,22 @@ def toolkit_retry(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
         return HttpResponseForbidden(_("Only the toolkit's owner and admins may retry a build."))
-    revision = toolkit.latest_revision()
-    if revision is None or revision.status not in (Status.FAILED, Status.REJECTED, Status.AWAITING_APPROVAL):
-        messages.info(request, _("There is nothing to retry."))
-    else:
+    latest = toolkit.latest_revision()
+    retryable = (Status.FAILED, Status.REJECTED, Status.AWAITING_APPROVAL)
+    with transaction.atomic():
+        # Locked and checked again, so a double click queues one build, not two.
+        revision = Revision.objects.select_for_update().filter(pk=getattr(latest, "pk", None)).first()
+        if revision is None or revision.status not in retryable:
+            messages.info(request, _("There is nothing to retry."))
+            return redirect("toolkit_environment", slug=toolkit.slug)
         revision.lock = ""
         revision.environment_key = ""
-        revision.save(update_fields=["lock", "environment_key"])
+        revision.traceback = ""
+        revision.save(update_fields=["lock", "environment_key", "traceback"])
         services.revision_submit(revision=revision)
+    # The decisions on its packages may still hold the revision back; say what happened.
+    if revision.status == Status.BUILDING:
         messages.success(request, _("Build queued again."))
+    else:
+        messages.warning(request, revision.status_detail)
     return redirect("toolkit_environment", slug=toolkit.slug)

@@ -79,7 +79,11 @@ def egress_for(toolkit):
     # A short path: UNIX socket paths are limited to about 107 bytes.
     directory = Path(tempfile.mkdtemp(prefix="th-egress-", dir="/tmp"))
     directory.chmod(0o711)
-    handle = run_proxy_in_thread(policy, directory / "egress.sock")
+    try:
+        handle = run_proxy_in_thread(policy, directory / "egress.sock")
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
     try:
         binds = [(directory / "egress.sock", SANDBOX_SOCKET)]
         if Path("/etc/ssl/certs").is_dir():

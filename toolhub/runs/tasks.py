@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from toolhub.lib import environments as envlib
@@ -40,6 +41,10 @@ def introspect_revision(revision_id: int) -> None:
         final = outcome.final or {}
     except (envlib.BuildFailed, sandboxlib.SandboxUnavailable) as exc:
         _fail(revision, str(getattr(exc, "reason", exc)))
+        return
+    except Exception as exc:  # noqa: BLE001 - a revision must never stay `building`
+        logger.exception("introspection of revision %s crashed in the worker", revision_id)
+        _fail(revision, f"Internal error while inspecting the toolkit ({type(exc).__name__}); see the worker log.")
         return
     if final.get("kind") != "introspection":
         error = final.get("error") or _outcome_reason(outcome) or "the toolkit could not be loaded"
@@ -102,7 +107,9 @@ class _Recorder:
     def _ask(self, message: dict) -> dict:
         call_id = message.get("call_id")
         event = message.get("event") or {}
-        Invocation.objects.filter(pk=self.invocation.pk).update(
+        # Only a running invocation starts waiting (and only a waiting one resumes below):
+        # one the reaper has already ended must not come back to life.
+        Invocation.objects.filter(pk=self.invocation.pk, status=RunStatus.RUNNING).update(
             status=RunStatus.AWAITING_INPUT, pending_call=event, call_answer=None
         )
         deadline = time.monotonic() + settings.TOOLHUB_EVENT_CALL_TIMEOUT
@@ -114,7 +121,7 @@ class _Recorder:
                 break
             self._heartbeat()
             time.sleep(0.1)
-        Invocation.objects.filter(pk=self.invocation.pk).update(
+        Invocation.objects.filter(pk=self.invocation.pk, status=RunStatus.AWAITING_INPUT).update(
             status=RunStatus.RUNNING, pending_call=None, call_answer=None, heartbeat_at=timezone.now()
         )
         if answer is None:
@@ -122,6 +129,41 @@ class _Recorder:
             return {"kind": "call_result", "call_id": call_id, "error": "timed out waiting for an answer"}
         self._store("call_answered", {"call": event})
         return {"kind": "call_result", "call_id": call_id, "value": answer.get("value")}
+
+
+class _Heartbeat:
+    """Beats for one invocation from a thread for as long as the worker works on it.
+
+    A tool may run silently for its whole wall-clock limit (or the environment may take a
+    while to build on this host), and the reaper must not take that silence for a dead
+    worker: the beat comes from the worker, not from the tool's messages."""
+
+    def __init__(self, invocation_id) -> None:
+        self._invocation_id = invocation_id
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{invocation_id}", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stopped.set()
+        # Bounded: a beat stuck behind a database lock must not hold up the end of the run.
+        self._thread.join(HEARTBEAT_SECONDS + 5)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stopped.wait(HEARTBEAT_SECONDS):
+                try:
+                    Invocation.objects.filter(
+                        pk=self._invocation_id, status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT]
+                    ).update(heartbeat_at=timezone.now())
+                except DatabaseError:
+                    logger.warning("heartbeat of invocation %s failed", self._invocation_id, exc_info=True)
+        finally:
+            # This thread's own connection; the task's connection is untouched.
+            connection.close()
 
 
 @shared_task(acks_late=True)
@@ -161,14 +203,16 @@ def run_invocation(invocation_id: str) -> None:
         "call_timeout": settings.TOOLHUB_EVENT_CALL_TIMEOUT,
     }
     try:
-        env_dir = ensure_revision_environment(revision)
-        with sandbox.egress_for(invocation.toolkit) as (binds, egress, proxy):
-            request["egress"] = egress
-            outcome = sandbox.run(
-                revision=revision, env_dir=env_dir, request=request, on_message=_Recorder(invocation), extra_binds=binds
-            )
-            if proxy is not None:
-                Invocation.objects.filter(pk=invocation.pk).update(egress=proxy.stop())
+        with _Heartbeat(invocation.pk):
+            env_dir = ensure_revision_environment(revision)
+            with sandbox.egress_for(invocation.toolkit) as (binds, egress, proxy):
+                request["egress"] = egress
+                outcome = sandbox.run(
+                    revision=revision, env_dir=env_dir, request=request, on_message=_Recorder(invocation),
+                    extra_binds=binds,
+                )
+                if proxy is not None:
+                    Invocation.objects.filter(pk=invocation.pk).update(egress=proxy.stop())
     except envlib.BuildFailed as exc:
         _finish(invocation, RunStatus.FAILED, error=f"The toolkit's environment could not be built: {exc.reason}")
         return
@@ -185,7 +229,8 @@ def run_invocation(invocation_id: str) -> None:
     if outcome.status == "timed_out":
         _finish(invocation, RunStatus.TIMED_OUT, error=f"The tool ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s and was stopped.", limit=outcome.limit or "wall_time", **usage)
     elif outcome.status == "limit_exceeded":
-        _finish(invocation, RunStatus.FAILED, error=f"The tool hit a sandbox limit ({outcome.limit}) and was stopped.", limit=outcome.limit or "", **usage)
+        # A MemoryError or EFBIG still sends its final error line: keep its traceback.
+        _finish(invocation, RunStatus.FAILED, error=f"The tool hit a sandbox limit ({outcome.limit}) and was stopped.", limit=outcome.limit or "", traceback=final.get("traceback", ""), **usage)
     elif final.get("kind") == "result":
         _finish(invocation, RunStatus.SUCCEEDED, result=final.get("result"), result_type=final.get("result_type", "text"), **usage)
     elif final.get("kind") == "error":

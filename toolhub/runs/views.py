@@ -14,10 +14,14 @@ from toolhub.accounts.roles import can_manage_toolkit, is_admin
 from toolhub.lib import schema_forms
 from toolhub.runs import services
 from toolhub.runs.models import Invocation, RunStatus
+from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
 from toolhub.toolkits.views import _detail_context
 
 HISTORY_PAGE = 25
+# Log nodes nest at most this deep on the page; deeper ones are shown at this depth. The tree
+# comes from the tool, and each level is a recursive template include.
+MAX_LOG_DEPTH = 12
 
 
 def get_invocation_for_user(*, user, invocation_id) -> Invocation:
@@ -39,21 +43,68 @@ def _tool_forms(revision, *, data=None, errors_for=None, values_for=None) -> lis
         values = (values_for or {}).get(name)
         errors = (errors_for or {}).get(name, {})
         prefix = f"{name}__"
+        # A rejected submission is shown back as typed, the advanced JSON inputs included.
+        shown = data if errors else None
+        fields = schema_forms.build_fields(schema, values, errors=errors, data=shown, prefix=prefix)
         tools.append({
             "name": name,
             "description": function.get("description", ""),
             "schema": schema,
             "required": set(schema.get("required", [])),
             "prefix": prefix,
-            "fields": schema_forms.build_fields(
-                schema, values, errors=errors, data=data if errors else None, prefix=prefix
-            ),
+            "fields": fields,
+            "params": _parameter_rows(schema, fields),
             "errors": errors,
             "form_errors": errors.get("__all__", []),
             "messages_errors": errors.get("__messages__", []),
             "files_errors": errors.get("__files__", []),
+            "messages_raw": shown.get(f"{prefix}__messages__", "") if shown is not None else "",
+            "files_raw": shown.get(f"{prefix}__files__", "") if shown is not None else "",
         })
     return tools
+
+
+def _parameter_rows(schema: dict, fields: list) -> list[dict]:
+    """The parameter table: the JSON type the tool declares (not the widget chosen for it),
+    whether it is required, its default and its description."""
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    rows = []
+    for field in fields:
+        prop = properties.get(field.name) if isinstance(properties.get(field.name), dict) else {}
+        rows.append({
+            "name": field.name,
+            "type": _type_label(prop, schema),
+            "required": field.required,
+            "has_default": "default" in prop,
+            "default": json.dumps(prop.get("default"), ensure_ascii=False) if "default" in prop else "",
+            "help": field.help,
+        })
+    return rows
+
+
+def _type_label(prop: dict, root: dict, depth: int = 0) -> str:
+    if depth > 4 or not isinstance(prop, dict):
+        return "any"
+    if isinstance(prop.get("enum"), list):
+        return "one of " + ", ".join(json.dumps(v, ensure_ascii=False) for v in prop["enum"][:10])
+    ref = prop.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/"):
+        target = root
+        for part in ref[2:].split("/"):
+            target = target.get(part) if isinstance(target, dict) else None
+        return _type_label(target or {}, root, depth + 1) if target is not None else "object"
+    for key in ("anyOf", "oneOf"):
+        if isinstance(prop.get(key), list) and prop[key]:
+            return " or ".join(_type_label(branch, root, depth + 1) for branch in prop[key][:5])
+    kind = prop.get("type")
+    if isinstance(kind, list):
+        return " or ".join(str(k) for k in kind)
+    if kind == "array":
+        items = prop.get("items")
+        return f"list of {_type_label(items, root, depth + 1)}" if isinstance(items, dict) and items else "list"
+    if kind == "object" or "properties" in prop:
+        return str(prop.get("title") or "object") if depth else "object"
+    return str(kind) if kind else "any"
 
 
 @login_required
@@ -84,7 +135,8 @@ def _uuid(value: str):
 
 
 def _recent(request, toolkit):
-    qs = Invocation.objects.filter(toolkit=toolkit).select_related("user").defer("result", "traceback")
+    # The table shows each row's toolkit and user: both joined, or every row costs queries.
+    qs = Invocation.objects.filter(toolkit=toolkit).select_related("user", "toolkit").defer("result", "traceback")
     if not is_admin(request.user):
         qs = qs.filter(user=request.user)
     return qs[:10]
@@ -95,11 +147,20 @@ def _recent(request, toolkit):
 def tool_run(request: HttpRequest, slug: str, tool: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
     revision = toolkit.current_revision
-    spec = services.tool_spec(revision, tool) if revision else None
+    if revision is None or revision.status != Status.READY:
+        # Say why rather than 404: the form may have been open while the toolkit changed.
+        messages.error(request, services.not_ready_reason(toolkit))
+        return redirect("toolkit_tools", slug=toolkit.slug)
+    spec = services.tool_spec(revision, tool)
     if spec is None:
         raise Http404
     schema = spec.get("parameters") or {"type": "object", "properties": {}}
     arguments, errors = schema_forms.parse_submission(schema, request.POST, prefix=f"{tool}__")
+    if errors:
+        # Show every problem at once: the schema's verdict on the fields that could be read.
+        for message, field in services.check_arguments(schema, arguments):
+            if field not in errors:
+                errors.setdefault(field or "__all__", []).append(message)
     advanced: dict = {}
     for key in ("messages", "files"):
         raw = request.POST.get(f"{tool}____{key}__", "").strip()
@@ -132,7 +193,7 @@ def tool_run(request: HttpRequest, slug: str, tool: str) -> HttpResponse:
 
 def _invocation_context(request: HttpRequest, invocation: Invocation) -> dict:
     events = list(invocation.events.all())
-    statuses, message_text, citations, notifications, logs, others = [], "", [], [], {}, []
+    statuses, message_text, citations, notifications, logs, others, calls = [], "", [], [], {}, [], []
     for event in events:
         data = event.data if isinstance(event.data, dict) else {}
         if event.type == "status":
@@ -149,14 +210,12 @@ def _invocation_context(request: HttpRequest, invocation: Invocation) -> dict:
         elif event.type == "log":
             node_id = str(data.get("id", event.seq))
             node = logs.setdefault(node_id, {"id": node_id, "children": []})
-            node.update({k: v for k, v in data.items() if k != "children"})
+            node.update({k: v for k, v in data.items() if k not in ("children", "id")})
+        elif event.type in ("call_answered", "call_timeout"):
+            calls.append(_call_line(event.type, data))
         else:
             others.append(event)
-    tree = [n for n in logs.values() if not n.get("parent_id") or str(n["parent_id"]) not in logs]
-    for node in logs.values():
-        parent = node.get("parent_id")
-        if parent and str(parent) in logs:
-            logs[str(parent)]["children"].append(node)
+    tree = _log_tree(logs)
     result_text = None
     if invocation.result is not None:
         result_text = invocation.result if invocation.result_type == "text" and isinstance(invocation.result, str) else json.dumps(invocation.result, indent=2, ensure_ascii=False)
@@ -168,10 +227,73 @@ def _invocation_context(request: HttpRequest, invocation: Invocation) -> dict:
         "citations": citations,
         "notifications": notifications,
         "log_tree": tree,
+        "calls": calls,
         "other_events": others,
         "result_text": result_text,
         "show_traceback": can_manage_toolkit(request.user, invocation.toolkit),
+        # The launcher reports kilobytes; filesizeformat wants bytes.
+        "max_rss_bytes": invocation.max_rss_kb * 1024 if invocation.max_rss_kb else None,
         "live": not invocation.is_finished,
+    }
+
+
+def _log_tree(nodes: dict[str, dict]) -> list[dict]:
+    """Nest Dify-style log nodes under their parents and return the roots.
+
+    Ids and parents come from the tool: a node whose parent never arrived is a root, a
+    cycle of parents is cut where it closes (each node has one parent, so walking up finds
+    it), and nodes deeper than MAX_LOG_DEPTH hang at that depth, because each level is a
+    recursive template include and a hostile chain must not exhaust the recursion."""
+    parent: dict[str, str | None] = {}
+    for node_id, node in nodes.items():
+        raw = node.get("parent_id")
+        key = str(raw) if raw not in (None, "") else None
+        parent[node_id] = key if key in nodes and key != node_id else None
+    state: dict[str, int] = {}  # 1: on the walk in progress, 2: settled
+    for start in nodes:
+        path = []
+        current: str | None = start
+        while current is not None and current not in state:
+            state[current] = 1
+            path.append(current)
+            current = parent[current]
+        if current is not None and state[current] == 1:
+            parent[path[-1]] = None
+        for node_id in path:
+            state[node_id] = 2
+    depth: dict[str, int] = {}
+    for start in nodes:
+        chain = []
+        current = start
+        while current is not None and current not in depth:
+            chain.append(current)
+            current = parent[current]
+        for node_id in reversed(chain):
+            above = parent[node_id]
+            if above is None:
+                depth[node_id] = 0
+            elif depth[above] >= MAX_LOG_DEPTH - 1:
+                parent[node_id] = parent[above]
+                depth[node_id] = depth[above]
+            else:
+                depth[node_id] = depth[above] + 1
+    roots = []
+    for node in nodes.values():
+        node["children"] = []
+    for node_id, node in nodes.items():
+        above = parent[node_id]
+        (nodes[above]["children"] if above is not None else roots).append(node)
+    return roots
+
+
+def _call_line(kind: str, data: dict) -> dict:
+    call = data.get("call") if isinstance(data.get("call"), dict) else {}
+    details = call.get("data") if isinstance(call.get("data"), dict) else {}
+    return {
+        "answered": kind == "call_answered",
+        "type": str(call.get("type", "")),
+        "title": str(details.get("title") or details.get("message") or ""),
+        "seconds": data.get("seconds"),
     }
 
 
@@ -215,13 +337,20 @@ def invocation_respond(request: HttpRequest, invocation_id) -> HttpResponse:
         value = answer == "confirm"
     else:
         value = request.POST.get("value", "") if answer != "cancel" else None
+    problem = ""
     try:
         services.invocation_respond(invocation=invocation, value=value)
     except services.InvocationRejected as exc:
-        messages.error(request, exc.errors[0][0])
+        problem = exc.errors[0][0]
     if request.headers.get("HX-Request"):
+        # The fragment replaces the dialog, so the problem (say, the call timed out
+        # meanwhile) is shown in it rather than on some later page.
         invocation.refresh_from_db()
-        return render(request, "runs/_live.html", _invocation_context(request, invocation))
+        ctx = _invocation_context(request, invocation)
+        ctx["respond_error"] = problem
+        return render(request, "runs/_live.html", ctx)
+    if problem:
+        messages.error(request, problem)
     return redirect(invocation)
 
 

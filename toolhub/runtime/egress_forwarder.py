@@ -18,8 +18,12 @@ work and makes failures readable:
 - Clients that open sockets themselves (database drivers, raw `socket`, `urllib3.PoolManager`)
   cannot use the proxy. `install_clear_network_errors` wraps `socket.socket.connect` and
   `socket.getaddrinfo` so that the immediate ENETUNREACH/EHOSTUNREACH or resolver failure is
-  re-raised as an `OSError` subclass with the same errno and a message that names egress. Code
-  that catches `OSError` keeps working; nothing waits for a timeout.
+  re-raised as an `OSError` subclass with the same errno and a message that names egress. A
+  refused connection to a loopback address gets the same treatment, because a toolkit that
+  dials 127.0.0.1:6379 means the host's Redis, which the sandbox's own loopback does not
+  have. Code that catches `OSError` keeps working; nothing waits for a timeout.
+- Loopback is not exempt from the proxy variables (no NO_PROXY), so HTTP to 127.0.0.1 or
+  `localhost` is refused by the proxy with a reason, like any other address it does not allow.
 
 Child processes inherit the proxy variables but not the Python-level patches.
 
@@ -28,6 +32,7 @@ This module uses only the standard library and imports nothing from the rest of 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import functools
@@ -44,8 +49,10 @@ DEFAULT_SOCKET_PATH = "/run/egress.sock"
 # Squid's port, by convention; the sandbox's loopback is its own, so nothing else is on it.
 DEFAULT_PORT = 3128
 LISTEN_HOST = "127.0.0.1"
-# Each connection costs two threads; the host proxy refuses more than this at once anyway.
-MAX_CONNECTIONS = 100
+# Connections open at once. Each one holds three descriptors in the sandbox process (the
+# client's end, the accepted socket and the UNIX socket to the proxy) and RLIMIT_NOFILE is a
+# few hundred, so past this a connection is answered with 503 rather than left to starve.
+MAX_CONNECTIONS = 64
 _CHUNK = 64 * 1024
 
 _UNREACHABLE = (errno.ENETUNREACH, errno.EHOSTUNREACH)
@@ -54,23 +61,40 @@ _GRANTED_HINT = (
     "(HTTP_PROXY/HTTPS_PROXY); direct connections are not possible"
 )
 _DENIED_HINT = "this toolkit has no network egress; an admin can grant it on the toolkit's page"
+_LOOPBACK_HINT = (
+    "the sandbox has a loopback interface of its own, so services on the ToolHub host "
+    "(databases, caches) are not reachable from it"
+)
 
 
 class EgressUnavailableError(OSError):
     """A direct connection or name lookup that cannot work inside the sandbox."""
 
 
-def _not_reachable_response(reason: str) -> bytes:
-    body = f"ToolHub egress failed: the egress proxy is not reachable ({reason})\n".encode()
+def _error_response(status: int, message: str) -> bytes:
+    """An error answer whose reason phrase is the message itself, as the host proxy does:
+    many clients show only the status line ("HTTP Error 503: ...")."""
+    phrase = "".join(c if " " <= c <= "~" else "?" for c in message)[:300]
+    body = f"{message}\n".encode()
     return (
-        b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n".encode()
         + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )
 
 
+def _not_reachable_response(reason: str) -> bytes:
+    return _error_response(502, f"ToolHub egress failed: the egress proxy is not reachable ({reason})")
+
+
 class EgressForwarder:
-    """Listens on 127.0.0.1 inside the sandbox and pipes each connection to the proxy socket."""
+    """Listens on 127.0.0.1 inside the sandbox and pipes each connection to the proxy socket.
+
+    All connections are served by one event loop in one background thread. A thread per
+    connection would count against the sandbox's process limit (RLIMIT_NPROC counts threads),
+    and once a thread could not be started, connections would wait unanswered until the
+    client's timeout; here the number of threads does not grow with the connections.
+    """
 
     def __init__(
         self,
@@ -82,10 +106,10 @@ class EgressForwarder:
         self.socket_path = socket_path
         self._address = (host, port)
         self._listener: socket.socket | None = None
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self._open: set[socket.socket] = set()
-        self._lock = threading.Lock()
-        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def port(self) -> int:
@@ -101,83 +125,108 @@ class EgressForwarder:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(self._address)
-        listener.listen(64)
+        listener.listen(128)
         self._listener = listener
-        threading.Thread(target=self._accept_loop, name="egress-forwarder", daemon=True).start()
+        started = threading.Event()
+        failures: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(self._main(started))
+            # Whatever stopped the loop from starting is raised in the thread that called start().
+            except BaseException as exc:  # noqa: BLE001
+                failures.append(exc)
+            finally:
+                started.set()
+
+        self._thread = threading.Thread(target=run, name="egress-forwarder", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failures:
+            listener.close()
+            raise failures[0]
         return self
 
     def stop(self) -> None:
-        self._closed.set()
+        thread, loop, stopping = self._thread, self._loop, self._stopping
+        if thread is not None and thread.is_alive() and loop is not None and stopping is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(stopping.set)
+            thread.join(10)
         if self._listener is not None:
-            # shutdown() wakes the thread blocked in accept(); close() alone does not on Linux.
-            with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
-        with self._lock:
-            for sock in list(self._open):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
 
-    def _accept_loop(self) -> None:
+    async def _main(self, started: threading.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
         assert self._listener is not None
-        while not self._closed.is_set():
-            try:
-                client, _ = self._listener.accept()
-            except OSError:
-                if self._closed.is_set():
-                    return
-                continue
-            if not self._slots.acquire(blocking=False):
-                client.close()
-                continue
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server = await asyncio.start_server(self._serve, sock=self._listener, limit=_CHUNK)
+        started.set()
         try:
-            try:
-                upstream.connect(self.socket_path)
-            except OSError as exc:
-                with contextlib.suppress(OSError):
-                    client.sendall(_not_reachable_response(exc.strerror or str(exc)))
-                return
-            with self._lock:
-                self._open.update((client, upstream))
-            sending = threading.Thread(target=_pump, args=(client, upstream), daemon=True)
-            sending.start()
-            _pump(upstream, client)
-            # The proxy closes a connection once the server is done; nothing can follow, so the
-            # other direction is ended too instead of waiting for an idle client to hang up.
-            with contextlib.suppress(OSError):
-                client.shutdown(socket.SHUT_RDWR)
-            sending.join()
+            await self._stopping.wait()
         finally:
-            with self._lock:
-                self._open.discard(client)
-                self._open.discard(upstream)
-            client.close()
-            upstream.close()
-            self._slots.release()
+            server.close()
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        upstream_writer: asyncio.StreamWriter | None = None
+        sending: asyncio.Future[None] | None = None
+        try:
+            if len(self._tasks) > MAX_CONNECTIONS:
+                message = f"ToolHub egress refused: more than {MAX_CONNECTIONS} connections open at once"
+                client_writer.write(_error_response(503, message))
+                await client_writer.drain()
+                return
+            try:
+                upstream_reader, upstream_writer = await asyncio.open_unix_connection(self.socket_path, limit=_CHUNK)
+            except OSError as exc:
+                client_writer.write(_not_reachable_response(exc.strerror or str(exc)))
+                await client_writer.drain()
+                return
+            sending = asyncio.ensure_future(_pipe(client_reader, upstream_writer))
+            # The proxy closes a connection once the server is done; nothing can follow, so the
+            # connection ends then, instead of waiting for an idle client to hang up.
+            await _pipe(upstream_reader, client_writer)
+        # stop() cancels open connections; a connection that ends either way is simply closed.
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            self._tasks.discard(task)
+            if sending is not None:
+                sending.cancel()
+                await asyncio.gather(sending, return_exceptions=True)
+            for writer in (upstream_writer, client_writer):
+                if writer is not None:
+                    writer.close()
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(_CHUNK):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """Copy until the source ends, then pass the end on (so request-then-read protocols finish)."""
+    with contextlib.suppress(OSError):
+        while data := await source.read(_CHUNK):
+            sink.write(data)
+            await sink.drain()
+        if sink.can_write_eof():
+            sink.write_eof()
 
 
 def proxy_environment(proxy_url: str) -> dict[str, str]:
-    """The variables that make ordinary HTTP clients use the forwarder."""
-    loopback = "localhost,127.0.0.1,::1"
+    """The variables that make ordinary HTTP clients use the forwarder.
+
+    There is deliberately no NO_PROXY for loopback: the sandbox's loopback holds nothing but
+    the forwarder, and a toolkit that asks for `http://127.0.0.1:6379/` or `localhost` means
+    the ToolHub host. Through the proxy that request is refused with a reason the toolkit
+    sees and the run records, instead of an unexplained "connection refused" that no record
+    shows.
+    """
     env: dict[str, str] = {}
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         env[name] = env[name.lower()] = proxy_url
-    env["NO_PROXY"] = env["no_proxy"] = loopback
     return env
 
 
@@ -262,9 +311,15 @@ def install_clear_network_errors(*, granted: bool) -> None:
         try:
             original_connect(self, address)
         except OSError as exc:
-            if exc.errno in _UNREACHABLE and self.family in (socket.AF_INET, socket.AF_INET6):
+            if self.family not in (socket.AF_INET, socket.AF_INET6):
+                raise
+            if exc.errno in _UNREACHABLE:
                 raise EgressUnavailableError(
                     exc.errno, f"cannot connect to {_show(address)}: {_installed_hint[0]}"
+                ) from exc
+            if exc.errno == errno.ECONNREFUSED and _is_loopback(address):
+                raise EgressUnavailableError(
+                    exc.errno, f"cannot connect to {_show(address)}: {_LOOPBACK_HINT}; {_installed_hint[0]}"
                 ) from exc
             raise
 
@@ -277,6 +332,13 @@ def install_clear_network_errors(*, granted: bool) -> None:
 
     socket.socket.connect = connect  # type: ignore[method-assign]
     socket.getaddrinfo = getaddrinfo
+
+
+def _is_loopback(address: Any) -> bool:
+    if not isinstance(address, tuple) or not address:
+        return False
+    host = str(address[0])
+    return host == "localhost" or host == "::1" or host.startswith("127.") or host.startswith("::ffff:127.")
 
 
 def _show(address: Any) -> str:

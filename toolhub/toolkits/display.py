@@ -29,6 +29,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.utils import translation
+from django.utils.translation import gettext as _
 
 from toolhub.toolkits.models import Revision, Toolkit, Translation
 
@@ -227,7 +228,7 @@ def _schema_strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
     if isinstance(node, Mapping):
         for name, value in node.items():
             if name in ("title", "description") and isinstance(value, str):
-                yield f"{path} {name}".strip(), value
+                yield (path + " › " if path else "") + (_("title") if name == "title" else _("description")), value
             elif name in ("properties", "$defs", "definitions") and isinstance(value, Mapping):
                 for child, schema in value.items():
                     yield from _schema_strings(schema, f"{path} › {child}" if path else str(child))
@@ -241,20 +242,21 @@ def _schema_strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
 def revision_display_strings(revision: Revision) -> Iterator[tuple[str, str]]:
     """(place, text) of every display string of a revision. LLM-facing strings (a tool's
     `name`, `description`, parameter `description`) are deliberately not among them."""
-    yield "title", revision.title
+    yield _("title"), revision.title
     # The frontmatter's description, not `revision.description`: a RAGFlow plugin without
     # one falls back to its LLM-facing description, which is never translated.
-    yield "description", (revision.manifest or {}).get("description")
+    yield _("description"), (revision.manifest or {}).get("description")
     meta = revision.plugin_metadata or {}
     if isinstance(meta, Mapping):
         tool = meta.get("name") or "tool"
-        yield f"tool {tool} display name", meta.get("displayName")
-        yield f"tool {tool} display description", meta.get("displayDescription")
+        yield _("tool %(tool)s › display name") % {"tool": tool}, meta.get("displayName")
+        yield _("tool %(tool)s › display description") % {"tool": tool}, meta.get("displayDescription")
         parameters = meta.get("parameters")
         if isinstance(parameters, Mapping):
             for pname, param in parameters.items():
                 if isinstance(param, Mapping):
-                    yield f"tool {tool} › parameter {pname}", param.get("displayDescription")
+                    place = _("tool %(tool)s › parameter %(name)s") % {"tool": tool, "name": pname}
+                    yield place, param.get("displayDescription")
     for label, schema in (("Valves", revision.valves_schema), ("UserValves", revision.user_valves_schema)):
         for place, text in _schema_strings(schema, ""):
             yield f"{label} › {place}", text
@@ -294,8 +296,9 @@ class Row:
     cells: list[Cell]
 
     @property
-    def missing_count(self) -> int:
-        return sum(1 for cell in self.cells if cell.missing)
+    def shown_json(self) -> str:
+        """The texts the row was shown with, posted back so a save changes only edited cells."""
+        return json.dumps({cell.language: cell.text for cell in self.cells}, ensure_ascii=False)
 
 
 def translation_table(*, toolkit: Toolkit, revision: Revision | None) -> list[Row]:
@@ -341,14 +344,25 @@ class TranslationsInvalid(ValueError):
 
 def _check_key(key: Any, where: str) -> list[str]:
     if not isinstance(key, str) or not key.strip():
-        return [f"{where}: a key must be a non-empty string."]
+        return [_("%(where)s: a key must be a non-empty string.") % {"where": where}]
     if key.startswith(PREFIX):
-        return [f"{where}: write the key without the {PREFIX} prefix."]
+        return [_("%(where)s: write the key without the %(prefix)s prefix.") % {"where": where, "prefix": PREFIX}]
     if key != key.strip():
-        return [f"{where}: a key may not start or end with spaces."]
+        return [_("%(where)s: a key may not start or end with spaces.") % {"where": where}]
     if len(key) > MAX_KEY_LENGTH:
-        return [f"{where}: a key may have at most {MAX_KEY_LENGTH} characters."]
+        return [_("%(where)s: a key may have at most %(n)s characters.") % {"where": where, "n": MAX_KEY_LENGTH}]
     return []
+
+
+def _json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    return "array" if isinstance(value, list) else "object"
 
 
 def parse_translations(data: Any) -> dict[str, dict[str, str]]:
@@ -358,31 +372,35 @@ def parse_translations(data: Any) -> dict[str, dict[str, str]]:
         try:
             data = json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
-            raise TranslationsInvalid([f"This is not valid JSON: {exc}"]) from None
+            raise TranslationsInvalid([_("This is not valid JSON: %(error)s") % {"error": exc}]) from None
     if not isinstance(data, Mapping):
-        raise TranslationsInvalid(['Expected a JSON object of languages, e.g. {"fr": {"bad_calculator.name": "…"}}.'])
+        example = '{"fr": {"bad_calculator.name": "…"}}'
+        raise TranslationsInvalid([_("Expected a JSON object of languages, such as %(example)s.") % {"example": example}])
     errors: list[str] = []
     parsed: dict[str, dict[str, str]] = {}
     codes = language_codes()
     for raw_lang, texts in data.items():
         lang = str(raw_lang).strip().replace("_", "-").lower()
         if lang not in codes:
-            errors.append(f"Unknown language {raw_lang!r}; ToolHub has {', '.join(codes)}.")
+            message = _("Unknown language “%(language)s”; ToolHub has %(languages)s.")
+            errors.append(message % {"language": raw_lang, "languages": ", ".join(codes)})
             continue
         if lang in parsed:
-            errors.append(f"The language {lang!r} appears twice.")
+            errors.append(_("The language “%(language)s” appears twice.") % {"language": lang})
             continue
         if not isinstance(texts, Mapping):
-            errors.append(f"{raw_lang}: expected an object of keys and texts.")
+            errors.append(_("%(language)s: expected an object of keys and texts.") % {"language": raw_lang})
             continue
         parsed[lang] = {}
         for key, text in texts.items():
             where = f"{raw_lang} › {key}"
             problems = _check_key(key, where)
             if not isinstance(text, str):
-                problems.append(f"{where}: the text must be a string, not {type(text).__name__}.")
+                message = _("%(where)s: the text must be a string, not %(type)s.")
+                problems.append(message % {"where": where, "type": _json_type(text)})
             elif len(text) > MAX_TEXT_LENGTH:
-                problems.append(f"{where}: a text may have at most {MAX_TEXT_LENGTH} characters.")
+                message = _("%(where)s: a text may have at most %(n)s characters.")
+                problems.append(message % {"where": where, "n": MAX_TEXT_LENGTH})
             errors.extend(problems)
             if not problems:
                 parsed[lang][key] = text
@@ -399,11 +417,12 @@ def translation_save(*, toolkit: Toolkit, texts: Mapping[tuple[str, str], str]) 
     codes = language_codes()
     for lang, key in texts:
         if lang not in codes:
-            errors.append(f"Unknown language {lang!r}.")
+            errors.append(_("Unknown language “%(language)s”.") % {"language": lang})
         errors.extend(_check_key(key, f"{lang} › {key}"))
     for (lang, key), text in texts.items():
         if not isinstance(text, str) or len(text) > MAX_TEXT_LENGTH:
-            errors.append(f"{lang} › {key}: a text must be a string of at most {MAX_TEXT_LENGTH} characters.")
+            message = _("%(where)s: a text may have at most %(n)s characters.")
+            errors.append(message % {"where": f"{lang} › {key}", "n": MAX_TEXT_LENGTH})
     if errors:
         raise TranslationsInvalid(errors)
     changed = 0

@@ -9,14 +9,17 @@ from django.http import Http404
 
 from toolhub.toolkits.models import Revision, Toolkit
 
-
 # The big text columns of a revision that no list shows; leaving them out keeps a page of
 # twenty toolkits from loading up to twenty 512 KiB sources.
 _LIST_DEFERRED = [f"current_revision__{name}" for name in ("source", "build_log", "lock", "traceback")]
 
 
-def toolkit_list(*, user, query: str = "") -> QuerySet[Toolkit]:
+def toolkit_list(*, user, query: str = "", with_translations: bool = False) -> QuerySet[Toolkit]:
+    """Toolkits by title. `with_translations` fetches every listed toolkit's translations
+    in one more query, for pages that resolve `$t:` titles."""
     qs = Toolkit.objects.select_related("current_revision", "owner").defer(*_LIST_DEFERRED)
+    if with_translations:
+        qs = qs.prefetch_related("translations")
     if query:
         qs = qs.filter(Q(title__icontains=query) | Q(author__icontains=query) | Q(slug__icontains=query))
     return qs.order_by("title", "slug")

@@ -12,10 +12,16 @@ from toolhub.lib.toolkit_source import ParsedToolkit, SourceError, ToolkitSource
 from toolhub.toolkits.models import Revision, Status, Toolkit
 
 SLUG_MAX = 64
+# Slugs that name a page instead of a toolkit: /toolkits/new/ is the upload page.
+RESERVED_SLUGS = frozenset({"new"})
 
 
 class SlugTaken(ToolkitSourceInvalid):
-    pass
+    """Another toolkit has the slug (the API answers 409)."""
+
+    def __init__(self, slug: str) -> None:
+        message = f"A toolkit with the slug {slug!r} exists already; choose another slug."
+        super().__init__([SourceError(message=message, field="slug", code="slug_taken")])
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,13 @@ def validate_slug(slug: str) -> str:
         raise _slug_error(
             f"The slug {slug!r} is not valid: use 1 to {SLUG_MAX} lowercase letters, digits and underscores."
         )
+    _check_not_reserved(slug)
     return slug
+
+
+def _check_not_reserved(slug: str) -> None:
+    if slug in RESERVED_SLUGS:
+        raise _slug_error(f"The slug {slug!r} is reserved for a page of ToolHub; choose another slug.")
 
 
 def _check_lengths(parsed: ParsedToolkit) -> None:
@@ -90,9 +102,13 @@ def toolkit_create(*, source: bytes | str, user, slug: str | None = None, filena
     """Check the source and create a toolkit with its first revision. Raises
     ToolkitSourceInvalid (with every problem found) and stores nothing on error."""
     parsed = _parse(source, filename)
-    slug = validate_slug(slug) if slug else parsed.suggested_slug
+    if slug:
+        validate_slug(slug)
+    else:
+        slug = parsed.suggested_slug
+        _check_not_reserved(slug)
     if Toolkit.objects.filter(slug=slug).exists():
-        raise _slug_error(f"A toolkit with the slug {slug!r} exists already; choose another slug.")
+        raise SlugTaken(slug)
     try:
         with transaction.atomic():
             toolkit = Toolkit.objects.create(slug=slug, owner=user, title=parsed.title, author=parsed.manifest.get("author", ""))
@@ -102,7 +118,7 @@ def toolkit_create(*, source: bytes | str, user, slug: str | None = None, filena
             _submit(revision)
     except IntegrityError as exc:
         # Two uploads raced for the same slug.
-        raise _slug_error(f"A toolkit with the slug {slug!r} exists already; choose another slug.") from exc
+        raise SlugTaken(slug) from exc
     return UploadResult(toolkit=toolkit, revision=revision, created=True)
 
 
@@ -171,14 +187,16 @@ def toolkit_set_egress(*, toolkit: Toolkit, granted: bool, hosts: list[str], by)
     from toolhub.lib.egress_rules import validate_host_pattern
 
     cleaned = []
-    for raw in hosts:
+    # Withdrawing forgets the allowlist, so whatever else the form held does not matter.
+    for raw in hosts if granted else []:
         raw = raw.strip()
         if not raw:
             continue
         try:
             cleaned.append(validate_host_pattern(raw))
         except ValueError as exc:
-            raise InvalidEgressHosts(f"{raw!r}: {exc}") from None
+            # The rule's message already quotes the entry.
+            raise InvalidEgressHosts(str(exc)) from None
     toolkit.egress_granted = granted
     toolkit.egress_hosts = sorted(set(cleaned)) if granted else []
     toolkit.egress_granted_by = by if granted else None

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -83,7 +85,8 @@ def _check_upload(request: HttpRequest, ctx: dict, submit) -> HttpResponse | Non
 @require_GET
 def toolkit_list(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").strip()[:200]
-    page = Paginator(selectors.toolkit_list(user=request.user, query=query), PAGE_SIZE).get_page(request.GET.get("page"))
+    toolkits = selectors.toolkit_list(user=request.user, query=query, with_translations=True)
+    page = Paginator(toolkits, PAGE_SIZE).get_page(request.GET.get("page"))
     return render(request, "toolkits/list.html", {"page": page, "query": query, "can_upload": can_upload(request.user)})
 
 
@@ -120,11 +123,29 @@ def _detail_context(request: HttpRequest, toolkit: Toolkit, tab: str) -> dict:
     }
 
 
+def _link(value: str) -> str | None:
+    """The URL if it may become a link: only http(s), so a `javascript:` URL in hostile
+    frontmatter stays text, and nothing that fails to parse."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number.
+    except ValueError:
+        return None
+    return value if parts.scheme in ("http", "https") and parts.netloc else None
+
+
 @login_required
 @require_GET
 def toolkit_detail(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
-    return render(request, "toolkits/overview.html", _detail_context(request, toolkit, "overview"))
+    ctx = _detail_context(request, toolkit, "overview")
+    manifest = ctx["revision"].manifest if ctx["revision"] else {}
+    ctx["manifest_rows"] = [
+        {"key": key, "value": value, "href": _link(value) if key.endswith("_url") else None}
+        for key, value in manifest.items()
+    ]
+    ctx["support_url"] = _link(manifest.get("funding_url", ""))
+    return render(request, "toolkits/overview.html", ctx)
 
 
 @login_required

@@ -20,7 +20,13 @@ def toolkit_egress(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
     if not is_admin(request.user):
         raise Http404
-    granted = request.POST.get("action") == "grant"
+    action = request.POST.get("action")
+    if action not in ("grant", "revoke"):
+        # Anything else (a scripted POST without the button's value) changes nothing, rather
+        # than quietly withdrawing the grant.
+        messages.error(request, _("Choose whether to grant or withdraw network egress."))
+        return redirect("toolkit_detail", slug=toolkit.slug)
+    granted = action == "grant"
     hosts = request.POST.get("hosts", "").replace(",", "\n").splitlines()
     try:
         services.toolkit_set_egress(toolkit=toolkit, granted=granted, hosts=hosts, by=request.user)

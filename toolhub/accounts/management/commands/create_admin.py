@@ -19,7 +19,12 @@ class Command(BaseCommand):
         User = get_user_model()
         user = User.objects.filter(username=username).first()
         if user is not None:
-            self.stdout.write(f"Admin {username!r} exists already; log in with its password.")
+            # Never reset a password or promote someone: running `make run` again must
+            # leave existing accounts alone.
+            if user.is_staff:
+                self.stdout.write(f"Admin {username!r} exists already; log in with its password.")
+            else:
+                self.stdout.write(f"A user {username!r} exists already and is not an admin; nothing was changed.")
             return
         password = password or secrets.token_urlsafe(12)
         User.objects.create_superuser(username=username, email=email, password=password)

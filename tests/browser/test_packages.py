@@ -1,0 +1,65 @@
+"""Issue 3's journey in a real browser: an admin approves a package in the queue and watches
+the toolkit's environment get built by a real worker, live on its Environment tab."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.conftest import example
+from toolhub.toolkits.models import Status
+
+pytestmark = [pytest.mark.browser, pytest.mark.worker]
+
+# Locking with pip-compile and building with uv from the offline wheelhouse takes a few
+# seconds; a loaded CI machine gets plenty more.
+BUILD_TIMEOUT_MS = 120_000
+
+
+def test_an_admin_approves_a_package_and_the_toolkit_becomes_ready(
+    page: Page, login, admin, alice, upload, worker, shot
+) -> None:
+    toolkit = upload(alice, example("friendly_sizes"))
+    assert toolkit.current_revision.status == Status.AWAITING_APPROVAL
+
+    login(admin)
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Packages").click()
+    expect(page.get_by_role("heading", name="Package approvals")).to_be_visible()
+    row = page.locator("tr[data-package='humanize']")
+    expect(row).to_contain_text("friendly_sizes #1")
+    expect(row).to_contain_text(">=4")
+    shot("package-queue")
+
+    page.get_by_role("checkbox", name="humanize").check()
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".messages")).to_contain_text("Approved: humanize")
+    expect(page.get_by_text("No packages here.")).to_be_visible()
+    expect(page.get_by_role("link", name=re.compile(r"^Approved \(1\)$"))).to_be_visible()
+
+    page.goto(f"/toolkits/{toolkit.slug}/environment/")
+    environment = page.locator("#environment")
+    # Locking takes seconds, so the page opens on a build in progress.
+    expect(environment.locator(".badge")).to_have_attribute("data-status", "building")
+    expect(environment).to_have_attribute("hx-trigger", "every 1s")
+    shot("environment-building")
+    # The page is not reloaded from here on: htmx polls the fragment until the build ends.
+    page.evaluate("window.__sameDocument = true")
+    expect(environment.locator(".badge")).to_have_attribute("data-status", "ready", timeout=BUILD_TIMEOUT_MS)
+    assert page.evaluate("window.__sameDocument") is True
+    expect(environment).to_contain_text("Revision 1: Ready")
+    expect(environment.locator("#build-log")).to_contain_text("humanize")
+    expect(environment.locator("#build-log")).to_contain_text("Environment ready")
+    # Admins see the lock, with hashes.
+    environment.get_by_text("Lock file").click()
+    expect(environment.locator("details pre")).to_contain_text("--hash=sha256:")
+    # The status at the top of the page follows too, and the "Queued for build" notice goes.
+    expect(page.locator("h1 .badge")).to_have_attribute("data-status", "ready")
+    expect(page.locator("#toolkit-head .notice")).to_have_count(0)
+    # Polling stops once the build is over.
+    expect(environment).not_to_have_attribute("hx-get", re.compile(".*"))
+    shot("environment-ready")
+
+    page.get_by_role("link", name="Tools").click()
+    expect(page.locator("#tool-natural_size form")).to_be_visible()

@@ -1,0 +1,180 @@
+"""Issue 6's journey in a real browser: run tools from the Tools tab and watch them work, with
+a real worker running them in the sandbox."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.conftest import example
+from toolhub.toolkits.models import Status
+
+pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.sandbox]
+
+# A sandboxed run starts a Python process; on a loaded CI machine that can take a while.
+RUN_TIMEOUT_MS = 30_000
+
+# Tools that exercise the live view: one asks for confirmation, one raises, one takes its time.
+CHECKS = '''"""
+title: Browser Checks
+author: ToolHub tests
+version: 1.0.0
+"""
+
+import asyncio
+
+
+class Tools:
+    async def ask_first(self, target: str, __event_call__=None) -> str:
+        """
+        Ask before deleting something.
+        :param target: What to delete
+        """
+        answer = await __event_call__(
+            {"type": "confirmation", "data": {"title": "Sure?", "message": f"Really delete {target}?"}}
+        )
+        return f"deleted {target}" if answer else f"kept {target}"
+
+    def explode(self, word: str) -> str:
+        """
+        Fail on purpose.
+        :param word: Any word
+        """
+        raise ValueError(f"cannot handle {word}")
+
+    async def slow(self, __event_emitter__=None) -> str:
+        """Report a status, wait three seconds, then answer."""
+        await __event_emitter__({"type": "status", "data": {"description": "Working on it", "done": False}})
+        await asyncio.sleep(3)
+        await __event_emitter__({"type": "status", "data": {"description": "All done", "done": True}})
+        return "slow result"
+'''
+
+
+def _built(toolkit, build):
+    toolkit = build(toolkit)
+    revision = toolkit.current_revision
+    assert revision.status == Status.READY, f"{revision.status}: {revision.status_detail}\n{revision.traceback}"
+    return toolkit
+
+
+# Tests ask for these before `worker`: the build runs in the test process first, and the
+# worker, when it starts, drops the build task the upload queued.
+@pytest.fixture
+def lookup_toolkit(alice, upload, build):
+    return _built(upload(alice, example("library_lookup")), build)
+
+
+@pytest.fixture
+def checks(alice, upload, build):
+    return _built(upload(alice, CHECKS), build)
+
+
+def _run(page: Page, slug: str, tool: str, **fields: str) -> None:
+    """Open the Tools tab, fill the tool's form by its labels and press Run."""
+    page.goto(f"/toolkits/{slug}/tools/")
+    form = page.locator(f"#tool-{tool} form.run-form")
+    for label, value in fields.items():
+        form.get_by_label(label).fill(value)
+    form.get_by_role("button", name="Run").click()
+    expect(page).to_have_url(re.compile(r"/invocations/[0-9a-f-]{36}/$"))
+
+
+def _finished(page: Page, status: str) -> None:
+    expect(page.locator("#live")).to_have_attribute("data-status", status, timeout=RUN_TIMEOUT_MS)
+
+
+def test_lookup_shows_status_lines_citations_and_the_result(page: Page, login, carol, lookup_toolkit, worker, shot) -> None:
+    login(carol)
+    page.goto(f"/toolkits/{lookup_toolkit.slug}/tools/")
+    tool = page.locator("#tool-lookup")
+    expect(tool.locator("table.params")).to_contain_text("The word to look up")
+    shot("tools")
+    _run(page, lookup_toolkit.slug, "lookup", Word="valve")
+    page.evaluate("window.__sameDocument = true")
+
+    _finished(page, "succeeded")
+    assert page.evaluate("window.__sameDocument") is True, "the page reloaded instead of polling"
+    live = page.locator("#live")
+    expect(live.locator(".status-lines li")).to_have_text(["Looking up 'valve'", "1 found"])
+    expect(live.locator(".status-lines li").last).to_have_class("done")
+    card = live.locator("article.citation")
+    expect(card).to_have_count(1)
+    link = card.get_by_role("link", name="Glossary: valve")
+    expect(link).to_have_attribute("href", "https://example.org/glossary#valve")
+    expect(card.locator("blockquote")).to_have_text(
+        "A setting of a toolkit, edited by an admin (Valves) or by each user (UserValves)."
+    )
+    expect(card.locator("dl.meta")).to_contain_text("source")
+    expect(live.locator("#result")).to_have_text("valve: A setting of a toolkit")
+    expect(live).to_contain_text(re.compile(r"\d+ ms"))
+    shot("invocation-lookup")
+
+    page.get_by_role("link", name="Library Lookup").click()
+    recent = page.locator("table.runs")
+    expect(recent.locator("tbody tr")).to_have_count(1)
+    expect(recent).to_contain_text("lookup")
+    expect(recent.locator(".badge")).to_have_attribute("data-status", "succeeded")
+
+
+def test_a_confirmation_is_answered_in_the_dialog(page: Page, login, alice, checks, worker, shot) -> None:
+    login(alice)
+    _run(page, checks.slug, "ask_first", Target="report.txt")
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    expect(dialog.get_by_role("heading", name="Sure?")).to_be_visible()
+    expect(dialog).to_contain_text("Really delete report.txt?")
+    expect(page.locator("#live")).to_have_attribute("data-status", "awaiting_input")
+    shot("invocation-confirmation")
+    dialog.get_by_role("button", name="Confirm").click()
+    _finished(page, "succeeded")
+    expect(page.get_by_role("dialog")).to_have_count(0)
+    expect(page.locator("#result")).to_have_text("deleted report.txt")
+
+    # Cancelling is an answer too, and the tool sees it.
+    _run(page, checks.slug, "ask_first", Target="notes.txt")
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Really delete notes.txt?", timeout=RUN_TIMEOUT_MS)
+    dialog.get_by_role("button", name="Cancel").click()
+    _finished(page, "succeeded")
+    expect(page.locator("#result")).to_have_text("kept notes.txt")
+
+
+def test_an_error_shows_its_traceback_only_to_the_owner(page: Page, login, alice, carol, checks, worker, shot) -> None:
+    login(alice)
+    _run(page, checks.slug, "explode", Word="boom")
+    _finished(page, "failed")
+    expect(page.locator("#error")).to_contain_text("cannot handle boom")
+    traceback = page.locator("pre.traceback")
+    expect(traceback).to_be_visible()
+    expect(traceback).to_contain_text('raise ValueError(f"cannot handle {word}")')
+    shot("invocation-error-owner")
+
+    login(carol)
+    _run(page, checks.slug, "explode", Word="bang")
+    _finished(page, "failed")
+    expect(page.locator("#error")).to_contain_text("cannot handle bang")
+    expect(page.locator("pre.traceback")).to_have_count(0)
+    expect(page.get_by_text("Traceback")).to_have_count(0)
+    assert "raise ValueError" not in page.content()
+    shot("invocation-error-other-user")
+
+
+def test_a_run_carries_on_when_the_page_is_reloaded(page: Page, login, alice, checks, worker) -> None:
+    login(alice)
+    _run(page, checks.slug, "slow")
+    live = page.locator("#live")
+    expect(live.locator(".status-lines li")).to_have_text(["Working on it"], timeout=RUN_TIMEOUT_MS)
+    url = page.url
+
+    page.reload()
+    assert page.url == url
+    # Still mid-run after the reload (the tool sleeps for three seconds), and still polled.
+    expect(live).to_have_attribute("data-status", "running")
+    expect(live.locator(".status-lines li.pending")).to_have_text("Working on it")
+    expect(live).to_have_attribute("hx-get", re.compile(r"/live/$"))
+    _finished(page, "succeeded")
+    expect(live.locator(".status-lines li")).to_have_text(["Working on it", "All done"])
+    expect(live.locator("#result")).to_have_text("slow result")

@@ -1,0 +1,380 @@
+"""Invocations end to end in the real sandbox, without a broker in between: a toolkit is
+uploaded and built (pip-compile, uv and the introspection in bubblewrap), then the worker's
+task `run_invocation` runs in this process. Covers the example toolkits' documented answers
+(../shared/examples/README.md), valves and user valves, `__event_call__` answered through the
+API or timed out, a raising tool, the wall-clock and memory limits, events stored while the
+tool still runs, and the heartbeat that tells a live worker from a dead one."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from django.db import connections
+
+from tests.conftest import example
+from tests.sandbox_fixtures import require_sandbox
+from toolhub.accounts.models import ApiToken
+from toolhub.runs import tasks
+from toolhub.runs.models import Event, Invocation, RunStatus
+from toolhub.runs.services import InvocationRejected, invocation_create
+from toolhub.runs.tasks import reap_stale_work, run_invocation
+from toolhub.toolkits.models import Status
+from toolhub.toolkits.valves import store_values
+
+pytestmark = [pytest.mark.sandbox, pytest.mark.django_db(transaction=True)]
+
+# Tools that misbehave on purpose. Every test that needs one builds this toolkit; its lock is
+# the runtime's own, so after the first build the environment is reused.
+HARNESS = '''"""
+title: Test Harness
+author: ToolHub tests
+description: Tools that ask, fail, sleep and hog on purpose.
+version: 1.0.0
+"""
+
+import time
+
+
+class Tools:
+    async def confirm(self, what: str, __event_call__=None) -> str:
+        """Ask for a confirmation, then say what the answer was."""
+        ok = await __event_call__(
+            {"type": "confirmation", "data": {"title": "Sure?", "message": f"Delete {what}?"}}
+        )
+        return f"confirmed={ok!r}"
+
+    async def ask_name(self, __event_call__=None) -> str:
+        """Ask for a text input."""
+        answer = await __event_call__(
+            {"type": "input", "data": {"title": "Name", "message": "Who are you?", "placeholder": "name"}}
+        )
+        return f"answer={answer!r}"
+
+    def boom(self, why: str = "broken") -> str:
+        """Always raises."""
+        raise ValueError(f"the tool is {why}\\nand this is a second line")
+
+    def nap(self, seconds: float = 3600.0, __event_emitter__=None) -> str:
+        """Report a status, then sleep."""
+        if __event_emitter__:
+            __event_emitter__({"type": "status", "data": {"description": "napping", "done": False}})
+        time.sleep(seconds)
+        return "rested"
+
+    def hog(self, gib: int = 8) -> str:
+        """Ask for far more memory than the sandbox allows."""
+        block = bytearray(gib << 30)
+        return str(len(block))
+
+    def spin(self) -> str:
+        """Burn CPU forever."""
+        n = 0
+        while True:
+            n += 1
+'''
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_available():
+    require_sandbox()
+
+
+@pytest.fixture
+def ready(upload, build):
+    """Upload a source as a user and build it; the toolkit comes back ready."""
+
+    def _ready(user, source: str):
+        toolkit = build(upload(user, source))
+        revision = toolkit.current_revision
+        assert revision.status == Status.READY, (revision.status_detail, revision.traceback)
+        return toolkit
+
+    return _ready
+
+
+def invoke(toolkit, tool: str, user, **arguments) -> Invocation:
+    """What the worker does for one accepted call, in this process."""
+    invocation = invocation_create(toolkit=toolkit, tool=tool, arguments=arguments, user=user)
+    run_invocation.run(str(invocation.id))
+    invocation.refresh_from_db()
+    return invocation
+
+
+def start_in_thread(invocation: Invocation) -> threading.Thread:
+    """Run the task in a thread, as a worker would, while the test answers or watches."""
+
+    def target() -> None:
+        try:
+            run_invocation.run(str(invocation.id))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_until(predicate, *, timeout: float = 30.0, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def status_of(invocation: Invocation) -> str:
+    return Invocation.objects.values_list("status", flat=True).get(pk=invocation.pk)
+
+
+def bearer(user) -> dict:
+    _token, raw = ApiToken.issue(user=user, name="tests")
+    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+
+
+# The examples, as ../shared/examples/README.md says they must answer
+# ------------------------------------------------------------------------------
+
+
+def test_string_reverse_needs_the_admin_api_key(ready, alice, admin):
+    toolkit = ready(alice, example("string_reverse"))
+
+    before = invoke(toolkit, "reverse_string", alice, string="abc")
+    assert (before.status, before.result) == (RunStatus.SUCCEEDED, "Wrong API key")
+
+    store_values(toolkit=toolkit, values={"api_key": "42"}, by=admin)
+    after = invoke(toolkit, "reverse_string", alice, string="abc")
+    assert (after.status, after.result, after.result_type) == (RunStatus.SUCCEEDED, "cba", "text")
+    assert after.error == "" and after.traceback == ""
+    assert after.started_at <= after.finished_at and after.duration_ms is not None
+
+
+def test_bad_calculator_runs_unchanged_and_adds_a_hundred(ready, alice, carol):
+    toolkit = ready(alice, example("bad_calculator"))
+    invocation = invoke(toolkit, "bad_calculator", carol, a=1, b=2)
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "103")
+
+
+def test_lookup_reports_status_and_cites_one_source(ready, alice):
+    toolkit = ready(alice, example("library_lookup"))
+    invocation = invoke(toolkit, "lookup", alice, word="valve")
+
+    assert invocation.status == RunStatus.SUCCEEDED
+    assert invocation.result.startswith("valve:")
+    events = list(invocation.events.all())
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    kinds = [e.type for e in events]
+    assert kinds.count("citation") == 1
+    assert kinds.count("status") >= 2 and kinds[0] == "status" and kinds[-1] == "status"
+    citation = next(e.data for e in events if e.type == "citation")
+    assert citation["source"] == {"name": "Glossary: valve", "url": "https://example.org/glossary#valve"}
+    assert citation["document"][0].startswith("A setting of a toolkit")
+    assert events[-1].data["done"] is True
+
+
+def test_count_words_counts_unique_words(ready, alice):
+    toolkit = ready(alice, example("library_lookup"))
+    invocation = invoke(toolkit, "count_words", alice, text="a b a", unique=True)
+    # An int comes back as its repr (DESIGN.md: anything but str/dict/list/model).
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "2")
+
+
+def test_each_users_own_user_valves_shape_their_output(ready, alice, carol):
+    toolkit = ready(alice, example("library_lookup"))
+    store_values(toolkit=toolkit, values={"style": "long"}, user=alice, by=alice)
+
+    long = invoke(toolkit, "lookup", alice, word="valve")
+    short = invoke(toolkit, "lookup", carol, word="valve")
+
+    assert short.result == "valve: A setting of a toolkit"
+    assert long.result == "valve: A setting of a toolkit, edited by an admin (Valves) or by each user (UserValves)."
+
+
+def test_friendly_sizes_runs_once_its_package_is_approved(ready, upload, build, alice, admin):
+    from toolhub.packages.services import package_approve
+
+    toolkit = upload(alice, example("friendly_sizes"))
+    assert toolkit.current_revision.status == Status.AWAITING_APPROVAL
+    with pytest.raises(InvocationRejected) as refused:
+        invocation_create(toolkit=toolkit, tool="natural_size", arguments={"num_bytes": 1}, user=alice)
+    assert refused.value.status == 409 and "approve" in refused.value.errors[0][0]
+
+    package_approve(name="humanize", user=admin)
+    toolkit = build(toolkit)
+    assert toolkit.current_revision.status == Status.READY, toolkit.current_revision.status_detail
+    invocation = invoke(toolkit, "natural_size", alice, num_bytes=1500000)
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "1.5 MB")
+
+
+# __event_call__
+# ------------------------------------------------------------------------------
+
+
+def test_a_confirmation_waits_for_the_invokers_answer_through_the_api(ready, alice, client):
+    toolkit = ready(alice, HARNESS)
+    invocation = invocation_create(toolkit=toolkit, tool="confirm", arguments={"what": "everything"}, user=alice)
+    thread = start_in_thread(invocation)
+    wait_until(lambda: status_of(invocation) == RunStatus.AWAITING_INPUT, what="awaiting_input")
+
+    seen = client.get(f"/api/v1/invocations/{invocation.id}", **bearer(alice)).json()
+    assert seen["status"] == "awaiting_input"
+    assert seen["pending_call"] == {"type": "confirmation", "data": {"title": "Sure?", "message": "Delete everything?"}}
+
+    answered = client.post(
+        f"/api/v1/invocations/{invocation.id}/respond", json.dumps({"value": True}),
+        content_type="application/json", **bearer(alice),
+    )
+    assert answered.status_code == 200, answered.content
+    thread.join(30)
+    assert not thread.is_alive()
+
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "confirmed=True")
+    assert invocation.pending_call is None
+    assert [e.type for e in invocation.events.all()] == ["call_answered"]
+
+
+def test_an_input_answer_reaches_the_tool_as_text(ready, alice, client):
+    toolkit = ready(alice, HARNESS)
+    invocation = invocation_create(toolkit=toolkit, tool="ask_name", arguments={}, user=alice)
+    thread = start_in_thread(invocation)
+    wait_until(lambda: status_of(invocation) == RunStatus.AWAITING_INPUT, what="awaiting_input")
+
+    answered = client.post(
+        f"/api/v1/invocations/{invocation.id}/respond", json.dumps({"value": "Ada"}),
+        content_type="application/json", **bearer(alice),
+    )
+    assert answered.status_code == 200, answered.content
+    thread.join(30)
+
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "answer='Ada'")
+
+
+def test_an_unanswered_call_times_out_into_an_error_value_and_the_run_ends(ready, alice, settings):
+    settings.TOOLHUB_EVENT_CALL_TIMEOUT = 1.0
+    toolkit = ready(alice, HARNESS)
+
+    started = time.monotonic()
+    confirmation = invoke(toolkit, "confirm", alice, what="x")
+    assert time.monotonic() - started < 20
+    # A confirmation nobody answered counts as "no"; the tool goes on and finishes.
+    assert (confirmation.status, confirmation.result) == (RunStatus.SUCCEEDED, "confirmed=False")
+    timeout_event = confirmation.events.get(type="call_timeout")
+    assert timeout_event.data["seconds"] == 1.0
+
+    text = invoke(toolkit, "ask_name", alice)
+    assert text.status == RunStatus.SUCCEEDED
+    assert text.result.startswith("answer={'error': ") and "timed out" in text.result
+
+
+# Failures and limits
+# ------------------------------------------------------------------------------
+
+
+def test_a_raising_tool_fails_with_a_one_line_error_and_a_stored_traceback(ready, alice):
+    toolkit = ready(alice, HARNESS)
+    invocation = invoke(toolkit, "boom", alice, why="on fire")
+
+    assert invocation.status == RunStatus.FAILED
+    assert invocation.error == "ValueError: the tool is on fire and this is a second line"
+    assert "\n" not in invocation.error
+    assert "Traceback (most recent call last)" in invocation.traceback
+    assert 'raise ValueError(f"the tool is {why}' in invocation.traceback
+    assert invocation.result is None and invocation.finished_at is not None
+
+
+def test_a_tool_that_sleeps_forever_is_stopped_at_the_wall_clock_limit(ready, alice, settings):
+    settings.TOOLHUB_SANDBOX_WALL_SECONDS = 2.0
+    toolkit = ready(alice, HARNESS)
+
+    started = time.monotonic()
+    invocation = invoke(toolkit, "nap", alice)
+    elapsed = time.monotonic() - started
+
+    assert invocation.status == RunStatus.TIMED_OUT
+    assert invocation.limit == "wall_time"
+    assert "2 s" in invocation.error
+    assert elapsed < 15
+    # The status it sent before sleeping was kept.
+    assert [e.data["description"] for e in invocation.events.filter(type="status")] == ["napping"]
+
+
+def test_a_memory_hog_fails_on_the_memory_limit(ready, alice, settings):
+    settings.TOOLHUB_SANDBOX_MEMORY_MB = 512
+    toolkit = ready(alice, HARNESS)
+    invocation = invoke(toolkit, "hog", alice)
+
+    assert invocation.status == RunStatus.FAILED
+    assert invocation.limit == "memory"
+    assert "memory" in invocation.error
+    # The MemoryError's traceback is kept for the owner (the launcher keeps the final message).
+    assert "MemoryError" in invocation.traceback
+
+
+def test_a_cpu_spinner_fails_on_the_cpu_limit(ready, alice, settings):
+    settings.TOOLHUB_SANDBOX_CPU_SECONDS = 1
+    toolkit = ready(alice, HARNESS)
+    invocation = invoke(toolkit, "spin", alice)
+    assert (invocation.status, invocation.limit) == (RunStatus.FAILED, "cpu_time")
+
+
+# While it runs
+# ------------------------------------------------------------------------------
+
+
+def test_events_are_stored_while_the_tool_still_runs(ready, alice):
+    toolkit = ready(alice, HARNESS)
+    invocation = invocation_create(toolkit=toolkit, tool="nap", arguments={"seconds": 2}, user=alice)
+    thread = start_in_thread(invocation)
+
+    wait_until(lambda: Event.objects.filter(invocation=invocation).exists(), what="the first event")
+    assert status_of(invocation) == RunStatus.RUNNING
+    thread.join(30)
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "rested")
+
+
+def test_a_silent_tool_keeps_its_heartbeat_so_the_reaper_leaves_it_alone(ready, alice, monkeypatch):
+    # The tool sends nothing while it sleeps; the worker must still show it is alive.
+    monkeypatch.setattr(tasks, "HEARTBEAT_SECONDS", 0.2)
+    monkeypatch.setattr(tasks, "DEAD_AFTER_SECONDS", 1.0)
+    toolkit = ready(alice, HARNESS)
+    invocation = invocation_create(toolkit=toolkit, tool="nap", arguments={"seconds": 3}, user=alice)
+    thread = start_in_thread(invocation)
+
+    wait_until(lambda: status_of(invocation) == RunStatus.RUNNING, what="running")
+    time.sleep(2.0)
+    reap_stale_work.run()
+    assert status_of(invocation) == RunStatus.RUNNING
+
+    thread.join(30)
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "rested")
+
+
+def test_a_redelivered_invocation_is_failed_not_run_twice(ready, alice):
+    toolkit = ready(alice, HARNESS)
+    invocation = invocation_create(toolkit=toolkit, tool="boom", arguments={}, user=alice)
+    # What a worker that died mid-run leaves behind.
+    Invocation.objects.filter(pk=invocation.pk).update(status=RunStatus.RUNNING)
+
+    run_invocation.run(str(invocation.id))
+
+    invocation.refresh_from_db()
+    assert invocation.status == RunStatus.FAILED
+    assert "worker" in invocation.error and invocation.traceback == ""
+
+
+def test_a_finished_invocation_is_left_as_it_is(ready, alice):
+    toolkit = ready(alice, example("string_reverse"))
+    done = invoke(toolkit, "reverse_string", alice, string="abc")
+    finished_at = done.finished_at
+
+    run_invocation.run(str(done.id))
+
+    done.refresh_from_db()
+    assert (done.status, done.finished_at, done.result) == (RunStatus.SUCCEEDED, finished_at, "Wrong API key")
