@@ -1,21 +1,24 @@
-"""Invocations end to end in the real sandbox, without a broker in between: a toolkit is
+"""Invocations end to end in the real sandbox. Most tests need no broker: a toolkit is
 uploaded and built (pip-compile, uv and the introspection in bubblewrap), then the worker's
-task `run_invocation` runs in this process. Covers the example toolkits' documented answers
+task `run_invocation` runs in this process. They cover the example toolkits' documented answers
 (../shared/examples/README.md), valves and user valves, `__event_call__` answered through the
-API or timed out, a raising tool, the wall-clock and memory limits, events stored while the
-tool still runs, and the heartbeat that tells a live worker from a dead one."""
+API or timed out, a raising tool, the wall-clock, memory and CPU limits, events stored while
+the tool still runs, and the heartbeat that tells a live worker from a dead one. The last two
+tests (`worker`) go through the API to a real Celery worker process, and kill it mid-run."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from django.db import connections
 
-from tests.conftest import example
-from tests.sandbox_fixtures import require_sandbox
+from tests.conftest import example, start_worker
+from tests.sandbox_fixtures import SANDBOX_USER, require_sandbox, wait_for_no_sandbox_processes
 from toolhub.accounts.models import ApiToken
 from toolhub.runs import tasks
 from toolhub.runs.models import Event, Invocation, RunStatus
@@ -378,3 +381,95 @@ def test_a_finished_invocation_is_left_as_it_is(ready, alice):
 
     done.refresh_from_db()
     assert (done.status, done.finished_at, done.result) == (RunStatus.SUCCEEDED, finished_at, "Wrong API key")
+
+
+# With a real worker process
+# ------------------------------------------------------------------------------
+# The toolkit is built in this process first and the worker started after it: start_worker
+# purges the queue, so the worker does not also run the build and introspection tasks that
+# the upload queued (the `worker` fixture would start it before the test could build).
+
+
+def _descendants(root_pid: int) -> set[int]:
+    """Every process below `root_pid`, by walking /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        # The command name is in parentheses and may contain spaces: split after it.
+        fields = text.rsplit(")", 1)[1].split()
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [root_pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _sandbox_user_pids() -> set[int]:
+    result = subprocess.run(["ps", "-u", SANDBOX_USER, "-o", "pid="], capture_output=True, text=True, check=False)
+    return {int(line) for line in result.stdout.split()}
+
+
+@pytest.mark.worker
+def test_an_api_call_with_wait_runs_end_to_end_on_a_real_worker(ready, alice, client, tmp_path):
+    toolkit = ready(alice, example("library_lookup"))
+    worker = start_worker(tmp_path)
+    try:
+        response = client.post(
+            f"/api/v1/toolkits/{toolkit.slug}/tools/lookup/invoke",
+            json.dumps({"arguments": {"word": "valve"}, "wait": True}),
+            content_type="application/json", **bearer(alice),
+        )
+    finally:
+        worker.kill()
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["status"] == "succeeded", (body, worker.output()[-3000:])
+    assert body["result"].startswith("valve:") and body["error"] is None
+    assert [e["type"] for e in body["events"]].count("citation") == 1
+    assert body["duration_ms"] is not None and body["finished_at"] is not None
+
+
+@pytest.mark.worker
+def test_a_worker_killed_mid_run_leaves_a_failed_invocation_and_no_process(ready, alice, client, tmp_path, monkeypatch):
+    toolkit = ready(alice, HARNESS)
+    worker = start_worker(tmp_path)
+    try:
+        response = client.post(
+            f"/api/v1/toolkits/{toolkit.slug}/tools/nap/invoke",
+            json.dumps({"arguments": {"seconds": 30}, "wait": False}),
+            content_type="application/json", **bearer(alice),
+        )
+        assert response.status_code == 202
+        invocation = Invocation.objects.get(pk=response.json()["id"])
+        wait_until(lambda: Event.objects.filter(invocation=invocation).exists(), what="the tool to start")
+        assert status_of(invocation) == RunStatus.RUNNING
+        # The sandbox really is there, below the worker, running as the sandbox user.
+        sandboxed = _descendants(worker.process.pid) & _sandbox_user_pids()
+        assert sandboxed, worker.output()[-3000:]
+    finally:
+        worker.kill()  # SIGKILL to the worker's whole process group
+
+    # Nothing of the sandbox outlives the worker (bwrap dies with it and takes its pid
+    # namespace along). Other test sessions on this machine may run sandboxes of their own,
+    # so the check is on this session's processes and cgroup.
+    wait_until(lambda: not (sandboxed & _sandbox_user_pids()), timeout=10, what="the sandbox to go")
+    assert wait_for_no_sandbox_processes(timeout=5) == []
+
+    # Still "running" until the reaper notices the silence.
+    assert status_of(invocation) == RunStatus.RUNNING
+    monkeypatch.setattr(tasks, "DEAD_AFTER_SECONDS", 1.0)
+    time.sleep(1.5)
+    reaped = reap_stale_work.run()
+
+    assert reaped["invocations"] == 1
+    invocation.refresh_from_db()
+    assert invocation.status == RunStatus.FAILED
+    assert invocation.error == "The worker running this invocation stopped before it finished."
+    assert invocation.finished_at is not None and invocation.pending_call is None

@@ -336,6 +336,18 @@ def test_rollback_to_an_unknown_revision_says_so(client, alice, two):
     assert two.current_revision.number == 2
 
 
+def test_rollback_keeps_changes_made_to_the_toolkit_meanwhile(two):
+    from toolhub.toolkits import services
+
+    # Someone grants egress after this (stale) instance was read.
+    Toolkit.objects.filter(pk=two.pk).update(egress_granted=True, egress_hosts=["api.example.org"])
+    services.toolkit_rollback(toolkit=two, number=1)
+    fresh = Toolkit.objects.get(pk=two.pk)
+    assert fresh.current_revision.number == 1
+    assert fresh.egress_granted is True
+    assert fresh.egress_hosts == ["api.example.org"]
+
+
 # -- Delete ---------------------------------------------------------------------------------
 
 

@@ -298,7 +298,7 @@ def test_a_known_secret_appears_in_no_page_response_or_log(client, admin, carol,
                     f"/api/v1/toolkits/{toolkit.slug}/user-valves", "/api/v1/toolkits"):
             seen.append(client.get(url, **headers).content.decode())
     client.force_login(admin)
-    seen.append(client.get(f"/admin/toolkits/valveset/").content.decode())
+    seen.append(client.get("/admin/toolkits/valveset/").content.decode())
     for text in seen:
         assert SECRET not in text
     assert SECRET not in caplog.text

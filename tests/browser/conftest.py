@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 
+from tests.browser.helpers import EXPECT_TIMEOUT_MS, log_in
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -30,11 +32,6 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 SHOTS = Path(os.environ.get("TOOLHUB_SHOTS_DIR", "/tmp/toolhub-shots"))
-# How long an expectation waits by default. Pages here answer in milliseconds; the generous
-# limit only matters on a loaded CI machine.
-EXPECT_TIMEOUT_MS = 10_000
-# The password each user in tests/conftest.py was created with.
-PASSWORDS = {"admin": "pw-admin-1", "alice": "pw-alice-1", "bob": "pw-bob-1", "carol": "pw-carol-1"}
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -118,15 +115,20 @@ def shot(page: Page) -> Callable[[str], None]:
     return _shot
 
 
-def log_in(page: Page, username: str, password: str | None = None) -> None:
-    """Log in through the login form, the way a person does, and land on the toolkit list."""
-    page.context.clear_cookies()
-    page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(password or PASSWORDS[username])
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Toolkits", exact=True)).to_be_visible()
-    expect(page.locator(".topbar .who")).to_contain_text(username)
+@pytest.fixture
+def ready_toolkit(upload, build) -> Callable[..., object]:
+    """Upload a source and build it in this process (real lock, environment and sandboxed
+    introspection), so its page opens on a ready toolkit. Tests that also need a worker ask
+    for this first: the worker, when it starts, drops the build task the upload queued."""
+    from toolhub.toolkits.models import Status
+
+    def _ready(user, source: str, slug: str | None = None):
+        toolkit = build(upload(user, source, slug=slug))
+        revision = toolkit.current_revision
+        assert revision.status == Status.READY, f"{revision.status}: {revision.status_detail}\n{revision.traceback}"
+        return toolkit
+
+    return _ready
 
 
 @pytest.fixture

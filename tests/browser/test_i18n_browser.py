@@ -30,7 +30,7 @@ def test_switching_to_polish_translates_the_dashboard_and_the_display_name(page,
     expect(nav.get_by_role("link", name="Tokeny API")).to_be_visible()
     expect(page.get_by_role("button", name="Wyloguj się")).to_be_visible()
     tabs = page.get_by_role("navigation", name="Zestaw narzędzi")
-    for name in ("Przegląd", "Narzędzia", "Źródło", "Wersje", "Tłumaczenia"):
+    for name in ("Przegląd", "Narzędzia", "Źródło", "Rewizje", "Tłumaczenia"):
         expect(tabs.get_by_role("link", name=name, exact=True)).to_be_visible()
     expect(page.get_by_role("heading", name="Wymagania")).to_be_visible()
 

@@ -8,13 +8,10 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.helpers import RUN_TIMEOUT_MS, run_tool, wait_until_finished
 from tests.conftest import example
-from toolhub.toolkits.models import Status
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.sandbox]
-
-# A sandboxed run starts a Python process; on a loaded CI machine that can take a while.
-RUN_TIMEOUT_MS = 30_000
 
 # Tools that exercise the live view: one asks for confirmation, one raises, one takes its time.
 CHECKS = '''"""
@@ -53,37 +50,15 @@ class Tools:
 '''
 
 
-def _built(toolkit, build):
-    toolkit = build(toolkit)
-    revision = toolkit.current_revision
-    assert revision.status == Status.READY, f"{revision.status}: {revision.status_detail}\n{revision.traceback}"
-    return toolkit
-
-
-# Tests ask for these before `worker`: the build runs in the test process first, and the
-# worker, when it starts, drops the build task the upload queued.
+# Tests ask for these before `worker`, so the build is over before the worker starts.
 @pytest.fixture
-def lookup_toolkit(alice, upload, build):
-    return _built(upload(alice, example("library_lookup")), build)
+def lookup_toolkit(alice, ready_toolkit):
+    return ready_toolkit(alice, example("library_lookup"))
 
 
 @pytest.fixture
-def checks(alice, upload, build):
-    return _built(upload(alice, CHECKS), build)
-
-
-def _run(page: Page, slug: str, tool: str, **fields: str) -> None:
-    """Open the Tools tab, fill the tool's form by its labels and press Run."""
-    page.goto(f"/toolkits/{slug}/tools/")
-    form = page.locator(f"#tool-{tool} form.run-form")
-    for label, value in fields.items():
-        form.get_by_label(label).fill(value)
-    form.get_by_role("button", name="Run").click()
-    expect(page).to_have_url(re.compile(r"/invocations/[0-9a-f-]{36}/$"))
-
-
-def _finished(page: Page, status: str) -> None:
-    expect(page.locator("#live")).to_have_attribute("data-status", status, timeout=RUN_TIMEOUT_MS)
+def checks(alice, ready_toolkit):
+    return ready_toolkit(alice, CHECKS)
 
 
 def test_lookup_shows_status_lines_citations_and_the_result(page: Page, login, carol, lookup_toolkit, worker, shot) -> None:
@@ -92,10 +67,10 @@ def test_lookup_shows_status_lines_citations_and_the_result(page: Page, login, c
     tool = page.locator("#tool-lookup")
     expect(tool.locator("table.params")).to_contain_text("The word to look up")
     shot("tools")
-    _run(page, lookup_toolkit.slug, "lookup", Word="valve")
+    run_tool(page, lookup_toolkit.slug, "lookup", Word="valve")
     page.evaluate("window.__sameDocument = true")
 
-    _finished(page, "succeeded")
+    wait_until_finished(page, "succeeded")
     assert page.evaluate("window.__sameDocument") is True, "the page reloaded instead of polling"
     live = page.locator("#live")
     expect(live.locator(".status-lines li")).to_have_text(["Looking up 'valve'", "1 found"])
@@ -121,7 +96,7 @@ def test_lookup_shows_status_lines_citations_and_the_result(page: Page, login, c
 
 def test_a_confirmation_is_answered_in_the_dialog(page: Page, login, alice, checks, worker, shot) -> None:
     login(alice)
-    _run(page, checks.slug, "ask_first", Target="report.txt")
+    run_tool(page, checks.slug, "ask_first", Target="report.txt")
     dialog = page.get_by_role("dialog")
     expect(dialog).to_be_visible(timeout=RUN_TIMEOUT_MS)
     expect(dialog.get_by_role("heading", name="Sure?")).to_be_visible()
@@ -129,23 +104,23 @@ def test_a_confirmation_is_answered_in_the_dialog(page: Page, login, alice, chec
     expect(page.locator("#live")).to_have_attribute("data-status", "awaiting_input")
     shot("invocation-confirmation")
     dialog.get_by_role("button", name="Confirm").click()
-    _finished(page, "succeeded")
+    wait_until_finished(page, "succeeded")
     expect(page.get_by_role("dialog")).to_have_count(0)
     expect(page.locator("#result")).to_have_text("deleted report.txt")
 
     # Cancelling is an answer too, and the tool sees it.
-    _run(page, checks.slug, "ask_first", Target="notes.txt")
+    run_tool(page, checks.slug, "ask_first", Target="notes.txt")
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("Really delete notes.txt?", timeout=RUN_TIMEOUT_MS)
     dialog.get_by_role("button", name="Cancel").click()
-    _finished(page, "succeeded")
+    wait_until_finished(page, "succeeded")
     expect(page.locator("#result")).to_have_text("kept notes.txt")
 
 
 def test_an_error_shows_its_traceback_only_to_the_owner(page: Page, login, alice, carol, checks, worker, shot) -> None:
     login(alice)
-    _run(page, checks.slug, "explode", Word="boom")
-    _finished(page, "failed")
+    run_tool(page, checks.slug, "explode", Word="boom")
+    wait_until_finished(page, "failed")
     expect(page.locator("#error")).to_contain_text("cannot handle boom")
     traceback = page.locator("pre.traceback")
     expect(traceback).to_be_visible()
@@ -153,8 +128,8 @@ def test_an_error_shows_its_traceback_only_to_the_owner(page: Page, login, alice
     shot("invocation-error-owner")
 
     login(carol)
-    _run(page, checks.slug, "explode", Word="bang")
-    _finished(page, "failed")
+    run_tool(page, checks.slug, "explode", Word="bang")
+    wait_until_finished(page, "failed")
     expect(page.locator("#error")).to_contain_text("cannot handle bang")
     expect(page.locator("pre.traceback")).to_have_count(0)
     expect(page.get_by_text("Traceback")).to_have_count(0)
@@ -164,7 +139,7 @@ def test_an_error_shows_its_traceback_only_to_the_owner(page: Page, login, alice
 
 def test_a_run_carries_on_when_the_page_is_reloaded(page: Page, login, alice, checks, worker) -> None:
     login(alice)
-    _run(page, checks.slug, "slow")
+    run_tool(page, checks.slug, "slow")
     live = page.locator("#live")
     expect(live.locator(".status-lines li")).to_have_text(["Working on it"], timeout=RUN_TIMEOUT_MS)
     url = page.url
@@ -175,6 +150,6 @@ def test_a_run_carries_on_when_the_page_is_reloaded(page: Page, login, alice, ch
     expect(live).to_have_attribute("data-status", "running")
     expect(live.locator(".status-lines li.pending")).to_have_text("Working on it")
     expect(live).to_have_attribute("hx-get", re.compile(r"/live/$"))
-    _finished(page, "succeeded")
+    wait_until_finished(page, "succeeded")
     expect(live.locator(".status-lines li")).to_have_text(["Working on it", "All done"])
     expect(live.locator("#result")).to_have_text("slow result")

@@ -158,6 +158,7 @@ _ISOLATION_ARGS = (
     "--unshare-all",
     "--unshare-user",
     "--disable-userns",
+    "--die-with-parent",
     "--new-session",
     "--as-pid-1",
 )

@@ -165,15 +165,18 @@ def toolkit_rollback(*, toolkit: Toolkit, number: int) -> Revision:
     revision = toolkit.revisions.filter(number=number).first()
     if revision is None:
         raise ToolkitSourceInvalid([SourceError(message=f"Revision {number} does not exist.", field="revision")])
-    toolkit.current_revision = revision
-    toolkit.title = revision.title
-    toolkit.author = revision.manifest.get("author", "")
-    toolkit.updated_at = timezone.now()
-    toolkit.save()
-    if revision.status in (Status.FAILED, Status.UPLOADED) or (
-        revision.status == Status.READY and not revision.environment_key
-    ):
-        _submit(revision)
+    with transaction.atomic():
+        toolkit.current_revision = revision
+        toolkit.title = revision.title
+        toolkit.author = revision.manifest.get("author", "")
+        toolkit.updated_at = timezone.now()
+        # Only these fields: a full save would write back whatever else this instance
+        # read earlier, undoing an egress grant made in the meantime.
+        toolkit.save(update_fields=["current_revision", "title", "author", "updated_at"])
+        if revision.status in (Status.FAILED, Status.UPLOADED) or (
+            revision.status == Status.READY and not revision.environment_key
+        ):
+            _submit(revision)
     return revision
 
 

@@ -1,0 +1,40 @@
+"""Helpers for the browser tests: what a person does on the pages, in one place."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import Page, expect
+
+# How long an expectation waits by default. Pages here answer in milliseconds; the generous
+# limit only matters on a loaded CI machine.
+EXPECT_TIMEOUT_MS = 10_000
+# A sandboxed run starts a Python process; on a loaded CI machine that can take a while.
+RUN_TIMEOUT_MS = 30_000
+# The password each user in tests/conftest.py was created with.
+PASSWORDS = {"admin": "pw-admin-1", "alice": "pw-alice-1", "bob": "pw-bob-1", "carol": "pw-carol-1"}
+
+
+def log_in(page: Page, username: str, password: str | None = None) -> None:
+    """Log in through the login form, the way a person does, and land on the toolkit list."""
+    page.context.clear_cookies()
+    page.goto("/accounts/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(password or PASSWORDS[username])
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Toolkits", exact=True)).to_be_visible()
+    expect(page.locator(".topbar .who")).to_contain_text(username)
+
+
+def run_tool(page: Page, slug: str, tool: str, **fields: str) -> None:
+    """Open the Tools tab, fill the tool's form by its labels and press Run."""
+    page.goto(f"/toolkits/{slug}/tools/")
+    form = page.locator(f"#tool-{tool} form.run-form")
+    for label, value in fields.items():
+        form.get_by_label(label).fill(value)
+    form.get_by_role("button", name="Run").click()
+    expect(page).to_have_url(re.compile(r"/invocations/[0-9a-f-]{36}/$"))
+
+
+def wait_until_finished(page: Page, status: str) -> None:
+    expect(page.locator("#live")).to_have_attribute("data-status", status, timeout=RUN_TIMEOUT_MS)
