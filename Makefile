@@ -7,6 +7,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DATA ?= $(CURDIR)/.data
 WHEELHOUSE := $(DATA)/wheelhouse
+# Changes whenever the wanted wheels change, so an old wheelhouse is topped up.
+WHEELHOUSE_STAMP = .complete-$(shell cat toolhub/runtime/requirements.txt tests/wheelhouse.txt | sha256sum | cut -c1-12)
 PORT ?= 8000
 export TOOLHUB_DATA_DIR ?= $(DATA)
 
@@ -36,10 +38,10 @@ data:
 # The runtime's locked requirements and the demo's `humanize`, for offline builds in tests.
 wheelhouse: deps
 	@mkdir -p $(WHEELHOUSE)
-	@test -f $(WHEELHOUSE)/.complete || ( \
+	@test -f $(WHEELHOUSE)/$(WHEELHOUSE_STAMP) || ( \
 	  $(PY) -m pip download -q --only-binary=:all: --no-deps -d $(WHEELHOUSE) -r toolhub/runtime/requirements.txt && \
 	  $(PY) -m pip download -q --only-binary=:all: --no-deps -d $(WHEELHOUSE) -r tests/wheelhouse.txt && \
-	  touch $(WHEELHOUSE)/.complete )
+	  touch $(WHEELHOUSE)/$(WHEELHOUSE_STAMP) )
 
 run: deps system data
 	$(PY) manage.py migrate --noinput

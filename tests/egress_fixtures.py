@@ -3,9 +3,9 @@ exists only on this machine.
 
 The egress proxy refuses loopback, private and reserved addresses, and it has no exemption the
 end-to-end tests may use, so a test server has to look like a server on the internet. The
-`test_network` fixture builds one the way a deployment would see it:
+`test_network` fixture (the function `test_network_fixture`) builds one the way a deployment would see it:
 
-- a network namespace of its own (`ip netns add th-egress-<pid>`) with a veth pair: the host
+- a network namespace of its own (`ip netns add th-egress-<pid>-<n>`) with a veth pair: the host
   end stays in the root namespace, the peer goes into the new namespace;
 - the peer gets a global unicast address (`45.45.<n>.45/32`) and the host end
   `45.45.<n>.46/32`; each side has a /32 route to the other through the veth and nothing else,
@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import itertools
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -50,6 +52,7 @@ HTTPS_PORT = 8443
 # each get their own namespace, veth pair and /32 routes.
 _ADDRESS_PREFIX = "45.45"
 _START_TIMEOUT = 15.0
+_instances = itertools.count()
 
 # The servers that run inside the namespace. They answer every path with JSON describing the
 # request, except `/bytes/<n>` (n bytes of payload) and `/__seen` (the log, not logged itself).
@@ -191,14 +194,29 @@ class _Links:
     """The namespace and veth pair of one test process, and their removal."""
 
     def __init__(self) -> None:
-        pid = os.getpid()
-        self.namespace = f"th-egress-{pid}"
-        self.host_link = f"the{pid % 10_000_000}h"
-        self.peer_link = f"the{pid % 10_000_000}p"
+        # pytest makes one instance of the fixture per test module that imports it, so a
+        # process may hold more than one network; each gets its own names (at most 15
+        # characters for a link).
+        pid, number = os.getpid(), next(_instances)
+        self.namespace = f"th-egress-{pid}-{number}"
+        self.host_link = f"the{pid % 10_000_000}x{number % 100}"
+        self.peer_link = f"the{pid % 10_000_000}p{number % 100}"
         self.address = ""
         self.host_address = ""
 
+    @staticmethod
+    def remove_stale() -> None:
+        """Remove what an earlier run that was killed left behind: namespaces named by this
+        fixture whose test process is gone (their host ends and routes go with them)."""
+        listing = _ip("netns", "list", check=False).stdout
+        for match in re.finditer(r"^th-egress-([0-9]+)-([0-9]+)\b", listing, re.MULTILINE):
+            pid, number = int(match.group(1)), int(match.group(2))
+            if not Path(f"/proc/{pid}").exists():
+                _ip("link", "del", f"the{pid % 10_000_000}x{number % 100}", check=False)
+                _ip("netns", "del", match.group(0), check=False)
+
     def create(self) -> None:
+        self.remove_stale()
         _ip("netns", "add", self.namespace)
         _ip("link", "add", self.host_link, "type", "veth", "peer", "name", self.peer_link)
         _ip("link", "set", self.peer_link, "netns", self.namespace)
@@ -243,8 +261,9 @@ def _wait_ready(process: subprocess.Popen[str]) -> None:
     raise RuntimeError(f"the test servers in the namespace did not start: {stderr[-2000:]}")
 
 
-@pytest.fixture(scope="session")
-def test_network(tmp_path_factory) -> Iterator[TestNetwork]:
+@pytest.fixture(scope="session", name="test_network")
+def test_network_fixture(tmp_path_factory) -> Iterator[TestNetwork]:
+    """The test network, for the whole session; test modules import this function to use it."""
     reason = netns_unavailable_reason()
     if reason is not None:
         _skip_or_fail(reason)

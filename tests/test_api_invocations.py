@@ -67,15 +67,16 @@ def made_invocation(toolkit, user, **fields) -> Invocation:
 
 @contextmanager
 def broker_unreachable():
-    """Point the Celery app at a port where no broker listens, with fresh connection pools
-    (the app keeps its connections and producers in pools that would otherwise still
-    reach the real broker)."""
+    """Point the Celery app at a port where no broker listens.
+
+    The app caches its connection and producer pools, which would still reach the real
+    broker, so the cached references are dropped on the way in and out. The pools
+    themselves live in kombu's registry, keyed by broker URL, and are left open: the real
+    one is picked up again afterwards."""
     from toolhub.celery import app
 
     def reset_pools() -> None:
-        if app._pool is not None:
-            app._pool.force_close_all()
-            app._pool = None
+        app._pool = None
         app.amqp._producer_pool = None
 
     saved = app.conf.broker_url

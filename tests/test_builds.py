@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -636,9 +637,11 @@ def test_a_real_worker_builds_an_approved_toolkit(worker, client, admin, alice, 
     assert [tool["function"]["name"] for tool in revision.tools] == ["natural_size"]
     data = client.get("/api/v1/toolkits/friendly_sizes", **bearer(alice)).json()
     assert data["status"] == "ready"
-    # The worker ran the build, on the builds queue; this process ran nothing.
-    assert "toolhub.packages.tasks.build_revision" in worker.output()
-    assert "toolhub.runs.tasks.introspect_revision" in worker.output()
+    # The worker ran both tasks to their end, without an error.
+    finished = re.compile(r"toolhub\.runs\.tasks\.introspect_revision\[[^]]+\] (succeeded|raised)")
+    _wait_for(lambda: finished.search(worker.output()), timeout=30, what="the introspection task to end", worker=worker)
+    assert re.search(r"toolhub\.packages\.tasks\.build_revision\[[^]]+\] succeeded", worker.output())
+    assert finished.search(worker.output()).group(1) == "succeeded", worker.output()[-4000:]
 
 
 @pytest.fixture

@@ -20,12 +20,15 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 
-from tests.egress_fixtures import TestNetwork, test_network  # noqa: F401 - the fixture
+from tests.egress_fixtures import TestNetwork, test_network_fixture  # noqa: F401 - the fixture
 from tests.sandbox_fixtures import require_sandbox
 from toolhub.accounts.models import ApiToken
+from toolhub.packages.services import packages_approve
 from toolhub.runs.models import Invocation, RunStatus
 from toolhub.runs.services import invocation_create
 from toolhub.runs.tasks import run_invocation
@@ -329,3 +332,122 @@ def test_withdrawing_the_grant_cuts_the_toolkit_off_again(probe, admin, test_net
     assert "this toolkit has no network egress" in cut_off.error
     assert cut_off.egress is None
     assert path not in test_network.paths_seen()
+
+
+# The same checks with the HTTP clients toolkits use most. They are not part of the runtime, so a
+# toolkit has to ask for them, an admin approves them, and the build installs them from the
+# offline wheelhouse. Each test is skipped until its client's wheels are there (add the client
+# and its dependencies, pinned, to tests/wheelhouse.txt).
+CLIENT_PROBES = {
+    "requests": """
+import os
+import tempfile
+
+import requests
+
+
+class Tools:
+    def fetch_all(self, urls: list[str]) -> list[str]:
+        \"\"\"GET each URL with requests; the status and body, or the error.\"\"\"
+        ca_file = os.path.join(tempfile.gettempdir(), "test-network-ca.pem")
+        with open(ca_file, "w") as handle:
+            handle.write(CA_PEM)
+        outcomes = []
+        for url in urls:
+            try:
+                response = requests.get(url, timeout=20, verify=ca_file)
+                outcomes.append(f"{response.status_code} {response.text}")
+            except Exception as exc:
+                outcomes.append(f"{type(exc).__name__}: {exc}")
+        return outcomes
+""",
+    "httpx": """
+import ssl
+
+import httpx
+
+
+class Tools:
+    def fetch_all(self, urls: list[str]) -> list[str]:
+        \"\"\"GET each URL with httpx; the status and body, or the error.\"\"\"
+        outcomes = []
+        with httpx.Client(verify=ssl.create_default_context(cadata=CA_PEM), timeout=20) as client:
+            for url in urls:
+                try:
+                    response = client.get(url)
+                    outcomes.append(f"{response.status_code} {response.text}")
+                except Exception as exc:
+                    outcomes.append(f"{type(exc).__name__}: {exc}")
+        return outcomes
+""",
+    # No trust_env=True here: ToolHub's runtime makes every ClientSession honour the proxy.
+    "aiohttp": """
+import ssl
+
+import aiohttp
+
+
+class Tools:
+    async def fetch_all(self, urls: list[str]) -> list[str]:
+        \"\"\"GET each URL with aiohttp; the status and body, or the error.\"\"\"
+        context = ssl.create_default_context(cadata=CA_PEM)
+        outcomes = []
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=20)) as session:
+            for url in urls:
+                try:
+                    async with session.get(url, ssl=context) as response:
+                        outcomes.append(f"{response.status} {await response.text()}")
+                except Exception as exc:
+                    outcomes.append(f"{type(exc).__name__}: {exc}")
+        return outcomes
+""",
+}
+
+
+def _has_wheel(name: str) -> bool:
+    return any(any(Path(directory).glob(f"{name}-*.whl")) for directory in django_settings.TOOLHUB_FIND_LINKS)
+
+
+@pytest.mark.parametrize("client_name", sorted(CLIENT_PROBES))
+def test_unchanged_http_clients_reach_allowed_hosts_and_see_the_refusals(
+    client_name, upload, build, admin, test_network
+) -> None:
+    if not _has_wheel(client_name):
+        pytest.skip(f"no {client_name} wheel in the offline wheelhouse ({django_settings.TOOLHUB_FIND_LINKS})")
+    packages_approve(names=[client_name], user=admin)
+    head = f'''"""
+title: {client_name} probe
+author: ToolHub tests
+version: 1.0.0
+requirements: {client_name}
+"""
+
+CA_PEM = """{test_network.ca_pem}"""
+'''
+    toolkit = build(upload(admin, head + CLIENT_PROBES[client_name], slug=f"probe_{client_name}"))
+    revision = toolkit.current_revision
+    assert revision.status == Status.READY, (revision.status_detail, revision.build_log[-3000:], revision.traceback)
+    grant(toolkit, admin, [])
+    plain, secure = token(), token()
+    urls = [
+        test_network.url(plain),
+        test_network.url(secure, tls=True),
+        "http://169.254.169.254/latest/meta-data/",
+        "https://10.0.0.1/",
+    ]
+
+    invocation, elapsed = run(toolkit, "fetch_all", admin, urls=urls)
+
+    assert invocation.status == RunStatus.SUCCEEDED, (invocation.error, invocation.traceback)
+    assert elapsed < 2 * FAST_SECONDS
+    over_http, over_https, metadata, private = invocation.result
+    status, body = over_http.split(" ", 1)
+    assert (status, json.loads(body)["path"]) == ("200", plain), over_http
+    status, body = over_https.split(" ", 1)
+    assert (status, json.loads(body)["path"], json.loads(body)["tls"]) == ("200", secure, True), over_https
+    assert metadata.startswith("403 ToolHub egress refused: 169.254.169.254 is a link-local address"), metadata
+    assert "ToolHub egress refused: 10.0.0.1 is a private address" in private, private
+    report = invocation.egress
+    contacted = sorted((h["host"], h["port"]) for h in report["hosts"])
+    assert contacted == [(test_network.address, test_network.http_port), (test_network.address, test_network.https_port)]
+    assert sorted((r["host"], r["port"]) for r in report["refused"]) == [("10.0.0.1", 443), ("169.254.169.254", 80)]

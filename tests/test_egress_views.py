@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 from django.shortcuts import resolve_url
 from django.utils import timezone
-from django.utils.formats import date_format
 
 from toolhub.toolkits import services
 from toolhub.toolkits.models import Toolkit
@@ -97,8 +96,8 @@ def test_an_admin_grants_egress_limited_to_hosts_and_the_overview_shows_who_and_
     assert before <= toolkit.egress_granted_at <= timezone.now()
     page = client.get(response.url).content.decode()
     assert "Network egress granted." in page
-    when = date_format(timezone.localtime(toolkit.egress_granted_at), "SHORT_DATETIME_FORMAT")
-    assert f"Granted by admin on {when}." in page
+    when = timezone.localtime(toolkit.egress_granted_at).strftime("%Y-%m-%d %H:%M")
+    assert f"Granted by admin on {when}.</p>" in page
     assert "Only to: <code>*.tiles.example</code>, <code>api.weather.example</code>" in page
     assert "Loopback, private, link-local and reserved addresses are always refused." in page
     # The form keeps the list for the next change, and now offers to withdraw.
@@ -158,8 +157,7 @@ def test_a_post_without_a_known_action_changes_nothing(client, admin, weather) -
     client.force_login(admin)
 
     for data in ({"hosts": ""}, {"action": "delete", "hosts": ""}):
-        response = client.post(egress_url(weather), data, follow=True)
-        assert "Choose whether to grant or withdraw network egress." in response.content.decode()
+        assert client.post(egress_url(weather), data).status_code == 400
 
     assert grant_state(weather) == before
 

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import connection
 from django.template import Context, Template
 from django.test import RequestFactory
+from django.test.utils import CaptureQueriesContext
 from django.urls import path
 from django.utils import translation
 
 import toolhub.urls
 from tests.conftest import EXAMPLES, example
-from toolhub.accounts.middleware import LANGUAGE_SESSION_KEY
 from toolhub.accounts.models import Profile
 from toolhub.runtime.loader import ragflow_spec
 from toolhub.toolkits import display, services, views_i18n
@@ -163,6 +164,13 @@ def test_a_language_toolhub_lacks_falls_back_to_english(calculator):
     assert display.resolve("$t:bad_calculator.name", toolkit=calculator, language="de-AT").text == "Toolkit's English"
 
 
+@pytest.mark.parametrize("requested", ["../../etc", "fr/../pl", "fr;q=1", "x" * 40])
+def test_a_malformed_language_reads_english(calculator, requested):
+    # A `?lang=` value is whatever a client sends: it never becomes part of a catalogue path.
+    assert display.language_chain(requested) == ["en"]
+    assert display.resolve("$t:bad_calculator.name", toolkit=calculator, language=requested).text == "Bad calculator"
+
+
 def test_the_simplified_chinese_catalogue_is_found_under_zh_hans():
     assert translation.to_locale("zh-hans") == "zh_Hans"
     assert display.resolve("$t:bad_calculator.params.b", language="zh-hans").text == "第二个数"
@@ -261,6 +269,16 @@ def test_llm_facing_plugin_fields_are_never_keys(alice, upload):
     shown = display.tool_display(revision=toolkit.current_revision, toolkit=toolkit, language="fr")["bad_calculator"]
     # Without a displayDescription the parameter shows its LLM-facing text as written.
     assert shown.parameters == {"a": display.Resolved("$t:llm.param", translated=True)}
+
+
+def test_valve_titles_and_descriptions_are_resolved_on_the_valves_form(client, admin, alice, upload):
+    toolkit = make_ready(upload(alice, KEYED_SOURCE, slug="notes"), valves_schema=NOTES_VALVES_SCHEMA)
+    _translate(toolkit, "fr", "notes.valves.api_key", "Clé d'API")
+    _translate(toolkit, "fr", "notes.valves.api_key_help", "Votre clé personnelle")
+    client.force_login(admin)
+    page = client.get("/toolkits/notes/valves/", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+    assert "Clé d&#x27;API" in page and "Votre clé personnelle" in page
+    assert "$t:notes.valves" not in page
 
 
 # -- Translations belong to the toolkit -----------------------------------------------------
@@ -534,12 +552,14 @@ def test_a_toolkit_with_frontmatter_keys_resolves_them_in_the_api(client, alice,
 
 @pytest.fixture
 def user_language(settings):
-    """ToolHub's middleware, where settings.py puts it: right after authentication."""
+    """ToolHub's middleware, where settings.py puts it (right after authentication), and the
+    backend that loads the profile with the user."""
     middleware = list(settings.MIDDLEWARE)
     name = "toolhub.accounts.middleware.UserLanguageMiddleware"
     if name not in middleware:
         middleware.insert(middleware.index("django.contrib.auth.middleware.AuthenticationMiddleware") + 1, name)
     settings.MIDDLEWARE = middleware
+    settings.AUTHENTICATION_BACKENDS = ["toolhub.accounts.middleware.UserLanguageBackend"]
 
 
 def test_accept_language_is_the_default(client, carol):
@@ -559,7 +579,9 @@ def test_switching_the_language_is_remembered_for_a_signed_in_user(client, carol
     other.force_login(carol)
     page = other.get("/toolkits/", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
     assert '<html lang="pl">' in page
-    assert other.session[LANGUAGE_SESSION_KEY] == "pl"
+    # A change in one browser shows in the other on its next request.
+    client.post("/i18n/setlang/", {"language": "zh-hans", "next": "/toolkits/"})
+    assert '<html lang="zh-hans">' in other.get("/toolkits/").content.decode()
 
 
 @WITH_SETLANG
@@ -584,17 +606,30 @@ def test_a_saved_language_dropped_from_settings_is_ignored(client, carol, user_l
     assert '<html lang="en">' in client.get("/toolkits/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
 
 
-def test_the_saved_language_costs_one_query_per_session(client, carol, user_language):
+def test_the_saved_language_costs_no_query_of_its_own(client, carol, user_language):
     Profile.objects.create(user=carol, language="tr")
     client.force_login(carol)
-    client.get("/toolkits/")
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     with CaptureQueriesContext(connection) as queries:
         page = client.get("/toolkits/").content.decode()
     assert '<html lang="tr">' in page
-    assert not any("accounts_profile" in query["sql"] for query in queries.captured_queries)
+    # The profile comes joined to the user, never in a query of its own.
+    assert not [q for q in queries.captured_queries if 'FROM "accounts_profile"' in q["sql"]]
+    user_queries = [q for q in queries.captured_queries if 'FROM "auth_user"' in q["sql"]]
+    assert len(user_queries) == 1 and "accounts_profile" in user_queries[0]["sql"]
+
+
+def test_a_user_without_a_profile_gets_the_browsers_language(client, carol, user_language):
+    client.force_login(carol)
+    assert '<html lang="fr">' in client.get("/toolkits/", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+
+
+def test_the_backend_still_refuses_inactive_users(carol):
+    from toolhub.accounts.middleware import UserLanguageBackend
+
+    carol.is_active = False
+    carol.save()
+    assert UserLanguageBackend().get_user(carol.pk) is None
+    assert UserLanguageBackend().get_user(10**9) is None
 
 
 def test_dates_are_shown_in_the_readers_format(client, calculator, alice):

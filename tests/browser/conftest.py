@@ -92,12 +92,16 @@ def page(browser: Browser, live_server, request) -> Iterator[Page]:
     )
     yield tab
     report = getattr(request.node, "report_call", None)
+    failure_shot = SHOTS / f"FAILED-{_safe_name(request.node.nodeid)}.png"
     if report is not None and report.failed:
         SHOTS.mkdir(parents=True, exist_ok=True)
         try:
-            tab.screenshot(path=str(SHOTS / f"FAILED-{_safe_name(request.node.nodeid)}.png"), full_page=True)
+            tab.screenshot(path=str(failure_shot), full_page=True)
         except Exception as exc:  # noqa: BLE001 - a broken page must not hide the real failure
             print(f"could not take a screenshot: {exc}")
+    else:
+        # A screenshot left by an earlier failure of this test would only mislead.
+        failure_shot.unlink(missing_ok=True)
     context.close()
     if report is not None and report.passed:
         # A script error is a bug even when the test's own checks passed.

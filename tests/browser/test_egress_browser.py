@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.helpers import run_tool, wait_until_finished
-from tests.egress_fixtures import TestNetwork, test_network  # noqa: F401 - the fixture
+from tests.egress_fixtures import TestNetwork, test_network_fixture  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.sandbox]
 

@@ -34,6 +34,13 @@ class Tools:
         )
         return f"deleted {target}" if answer else f"kept {target}"
 
+    async def favourite(self, __event_call__=None) -> str:
+        """Ask for a favourite colour."""
+        colour = await __event_call__(
+            {"type": "input", "data": {"title": "Colour?", "message": "Your favourite colour", "placeholder": "blue"}}
+        )
+        return f"you like {colour}"
+
     def explode(self, word: str) -> str:
         """
         Fail on purpose.
@@ -115,6 +122,24 @@ def test_a_confirmation_is_answered_in_the_dialog(page: Page, login, alice, chec
     dialog.get_by_role("button", name="Cancel").click()
     wait_until_finished(page, "succeeded")
     expect(page.locator("#result")).to_have_text("kept notes.txt")
+
+
+def test_an_answer_being_typed_survives_the_polling(page: Page, login, alice, checks, worker) -> None:
+    login(alice)
+    run_tool(page, checks.slug, "favourite")
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_role("heading", name="Colour?")).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    answer = dialog.get_by_label("Your answer")
+    expect(answer).to_have_attribute("placeholder", "blue")
+    # Typing takes longer than several polls of the live view (every 500 ms); what is typed
+    # must stay, and the field must keep the focus.
+    answer.press_sequentially("teal green", delay=150)
+    page.wait_for_timeout(1200)
+    expect(answer).to_have_value("teal green")
+    expect(answer).to_be_focused()
+    dialog.get_by_role("button", name="Send").click()
+    wait_until_finished(page, "succeeded")
+    expect(page.locator("#result")).to_have_text("you like teal green")
 
 
 def test_an_error_shows_its_traceback_only_to_the_owner(page: Page, login, alice, carol, checks, worker, shot) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gettext as gettext_module
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -75,9 +76,16 @@ def normalise_language(code: str | None) -> str | None:
         return None
 
 
+# What a language tag looks like. Anything else (a `?lang=` value is whatever a client
+# sends) is never turned into a catalogue path.
+_LANGUAGE_TAG = re.compile(r"[a-z]{2,3}(?:-[a-z0-9]{1,8})*")
+
+
 def language_chain(language: str | None) -> list[str]:
     """The languages to try for a request, most specific first, ending in English."""
     requested = (language or translation.get_language() or FALLBACK_LANGUAGE).strip().replace("_", "-").lower()
+    if not _LANGUAGE_TAG.fullmatch(requested):
+        return [FALLBACK_LANGUAGE]
     chain = [requested, requested.split("-")[0], normalise_language(requested), FALLBACK_LANGUAGE]
     return [code for code in dict.fromkeys(chain) if code]
 

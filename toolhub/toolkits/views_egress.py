@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
@@ -22,10 +22,9 @@ def toolkit_egress(request: HttpRequest, slug: str) -> HttpResponse:
         raise Http404
     action = request.POST.get("action")
     if action not in ("grant", "revoke"):
-        # Anything else (a scripted POST without the button's value) changes nothing, rather
-        # than quietly withdrawing the grant.
-        messages.error(request, _("Choose whether to grant or withdraw network egress."))
-        return redirect("toolkit_detail", slug=toolkit.slug)
+        # The form always sends one of its two buttons; anything else is a malformed request,
+        # which changes nothing rather than quietly withdrawing the grant.
+        return HttpResponseBadRequest()
     granted = action == "grant"
     hosts = request.POST.get("hosts", "").replace(",", "\n").splitlines()
     try:

@@ -150,5 +150,5 @@ def set_language(request: HttpRequest) -> HttpResponse:
     language = display.normalise_language(posted)
     # The same test Django's view applies before it sets the cookie.
     if language and check_for_language(posted) and request.user.is_authenticated:
-        remember_language(request, language)
+        remember_language(user=request.user, language=language)
     return response

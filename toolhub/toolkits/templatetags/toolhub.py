@@ -51,6 +51,10 @@ def tool_display_description(context, revision, tool_name, toolkit=None):
 def safe_link(url, label=None, css=""):
     """Only http(s) links become anchors: a `javascript:` URL in hostile frontmatter stays text."""
     url = str(url or "")
-    if urlsplit(url).scheme not in ("http", "https"):
+    try:
+        scheme = urlsplit(url).scheme
+    except ValueError:
+        scheme = ""
+    if scheme not in ("http", "https"):
         return label or url
     return format_html('<a href="{}" class="{}" rel="noopener noreferrer nofollow" target="_blank">{}</a>', url, css, label or url)

@@ -1,0 +1,354 @@
+"""What the sandbox and the queue cost for one trivial tool call, and how many calls a worker
+host finishes per second.
+
+    .venv/bin/python bench/invoke.py [--runs N] [--baseline-runs N] [--throughput N] [--keep]
+
+Rows, each over N runs after two warm-up runs (p50 and p95, and the ratio of each p50 to the
+baseline's):
+
+- in-process call: the toolkit file imported into this process once and `Tools().echo(...)`
+  called, which is what Open WebUI and RAGFlow do. The unsafe baseline.
+- in-process import + call: the file executed afresh for each call (what a "cold" call costs
+  without a sandbox).
+- cold sandbox: `toolhub.lib.sandbox.run_sandboxed` with the real runtime, a new bubblewrap
+  sandbox per call, as the worker starts one per invocation.
+- end to end: `POST /api/v1/toolkits/{slug}/tools/echo/invoke` with `"wait": true`, through
+  Django's test client in this process, the broker, a real Celery worker process and the
+  sandbox; it includes the server's polling of the database while it waits.
+
+Then invocations per second: N calls submitted with `"wait": false`, timed until the last one
+has finished, with one worker process of concurrency 1 and of concurrency 2.
+
+Everything is scratch: a fresh data directory under /tmp (its environment is built from the
+offline wheelhouse, `.data/wheelhouse`), a fresh SQLite database migrated here, and, without
+`REDIS_URL`, the filesystem broker inside that directory. With `REDIS_URL` set the workers use
+that Redis (give the bench a Redis database of its own: workers of other processes on the same
+database would take its tasks). With a PostgreSQL `DATABASE_URL` a scratch database
+`<name>_bench_<pid>` is created next to the named one and dropped at the end. Needs root,
+bubblewrap and the `toolhub-sandbox` user, like the worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TOOLKIT = '''"""
+title: Bench Echo
+author: ToolHub bench
+description: One trivial tool, to measure everything around it.
+version: 1.0.0
+"""
+
+
+class Tools:
+    def echo(self, text: str) -> str:
+        """
+        Return the text unchanged.
+        :param text: Any text
+        """
+        return text
+'''
+ARGUMENTS = {"text": "hello"}
+# How long one invocation may take before the bench calls the setup broken.
+STUCK_AFTER_SECONDS = 120.0
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    """Nearest rank; with fewer than 20 values p95 is simply the largest."""
+    ordered = sorted(values)
+    rank = max(1, round(fraction * len(ordered) + 0.5))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def _measure(action: Callable[[], object], runs: int, warmup: int = 2) -> list[float]:
+    for _ in range(warmup):
+        action()
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+# Scratch setup (before Django is imported)
+# ------------------------------------------------------------------------------
+
+
+class Scratch:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="toolhub-bench-", dir="/tmp"))
+        # bwrap runs as the sandbox user, who must traverse the data directory.
+        self.dir.chmod(0o755)
+        self.pg_admin_url: str | None = None
+        self.pg_name: str | None = None
+        database_url = os.environ.get("DATABASE_URL", "")
+        if database_url.startswith(("postgres://", "postgresql://")):
+            self.database_url = self._scratch_postgres(database_url)
+        else:
+            self.database_url = f"sqlite:///{self.dir / 'bench.sqlite3'}"
+        os.environ.update({
+            "TOOLHUB_DATA_DIR": str(self.dir),
+            "DATABASE_URL": self.database_url,
+            "DJANGO_SETTINGS_MODULE": "toolhub.settings_test",
+            "TOOLHUB_TESTING": "1",
+            "TOOLHUB_ENV_FILE": "/nonexistent",
+            "TOOLHUB_FIND_LINKS": os.environ.get("TOOLHUB_FIND_LINKS", str(REPO / ".data" / "wheelhouse")),
+            "TOOLHUB_NO_INDEX": os.environ.get("TOOLHUB_NO_INDEX", "1"),
+            "LOG_LEVEL": "WARNING",
+        })
+
+    def _scratch_postgres(self, url: str) -> str:
+        import psycopg
+
+        parts = urlsplit(url)
+        base = parts.path.lstrip("/") or "postgres"
+        self.pg_name = f"{base}_bench_{os.getpid()}"
+        self.pg_admin_url = url
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{self.pg_name}"')
+        return urlunsplit(parts._replace(path="/" + self.pg_name))
+
+    def remove(self, keep: bool) -> None:
+        from django.db import connections
+
+        connections.close_all()
+        if self.pg_name and self.pg_admin_url:
+            import psycopg
+
+            with psycopg.connect(self.pg_admin_url, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
+        if keep:
+            print(f"kept {self.dir}")
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Worker:
+    """A real Celery worker process on the scratch database and data directory."""
+
+    def __init__(self, scratch: Scratch, concurrency: int) -> None:
+        self.log = scratch.dir / f"worker-{uuid.uuid4().hex[:6]}.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", "sandbox,builds,celery",
+             "-c", str(concurrency), "-l", "info", "-n", f"bench-{os.getpid()}-{concurrency}@%h",
+             "--without-heartbeat", "--without-gossip", "--without-mingle"],
+            cwd=REPO, env=dict(os.environ), stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if "ready." in self.output():
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        raise SystemExit("the Celery worker did not start:\n" + self.output()[-3000:])
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+
+
+# The measurements
+# ------------------------------------------------------------------------------
+
+
+def ready_toolkit():
+    """Upload and build the toolkit in this process, the way the build worker would."""
+    from django.contrib.auth import get_user_model
+
+    from toolhub.packages.tasks import build_revision
+    from toolhub.runs.tasks import introspect_revision
+    from toolhub.toolkits.models import Toolkit
+    from toolhub.toolkits.services import toolkit_create
+
+    user = get_user_model().objects.create_user("bench", "bench@example.org", "bench-password", is_staff=True)
+    toolkit = toolkit_create(source=TOOLKIT, user=user, slug="bench_echo").toolkit
+    revision = toolkit.latest_revision()
+    build_revision.run(revision.pk)
+    introspect_revision.run(revision.pk)
+    toolkit = Toolkit.objects.select_related("current_revision").get(pk=toolkit.pk)
+    if toolkit.current_revision.status != "ready":
+        raise SystemExit(f"the bench toolkit did not become ready: {toolkit.current_revision.status_detail}")
+    return user, toolkit
+
+
+def in_process(source_path: Path, runs: int) -> tuple[list[float], list[float]]:
+    def load():
+        spec = importlib.util.spec_from_file_location(f"bench_toolkit_{uuid.uuid4().hex}", source_path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    tools = load().Tools()
+    warm = _measure(lambda: tools.echo(**ARGUMENTS), runs)
+    cold = _measure(lambda: load().Tools().echo(**ARGUMENTS), runs)
+    return warm, cold
+
+
+def cold_sandbox(toolkit, runs: int) -> list[float]:
+    from django.conf import settings
+
+    from toolhub.lib import sandbox as sandboxlib
+    from toolhub.packages.environments import ensure_revision_environment
+    from toolhub.runs import sandbox
+
+    revision = toolkit.current_revision
+    env_dir = ensure_revision_environment(revision)
+    runtime_dir = sandbox.runtime_dir()
+    source_path = sandbox.source_file(revision)
+    request = {
+        "op": "invoke", "source_path": sandboxlib.SANDBOX_SOURCE_PATH, "tool": "echo", "arguments": ARGUMENTS,
+        "valves": None, "user_valves": None, "user": {"id": "1", "name": "bench", "email": "", "role": "admin"},
+        "metadata": {}, "messages": [], "files": [], "model": None, "id": "bench_echo", "call_timeout": 5,
+    }
+
+    def once() -> None:
+        outcome = sandboxlib.run_sandboxed(
+            interpreter_env=env_dir, runtime_dir=runtime_dir, source_path=source_path, request=request,
+            limits=sandbox.limits(), on_message=lambda message: None,
+            sandbox_user=settings.TOOLHUB_SANDBOX_USER, bwrap=settings.TOOLHUB_BWRAP,
+        )
+        if (outcome.final or {}).get("result") != ARGUMENTS["text"]:
+            raise SystemExit(f"the sandboxed call failed: {outcome}")
+
+    return _measure(once, runs)
+
+
+def end_to_end(client, headers: dict, toolkit, runs: int) -> list[float]:
+    url = f"/api/v1/toolkits/{toolkit.slug}/tools/echo/invoke"
+    body = json.dumps({"arguments": ARGUMENTS, "wait": True})
+
+    def once() -> None:
+        response = client.post(url, body, content_type="application/json", **headers)
+        answer = response.json()
+        if response.status_code != 200 or answer.get("status") != "succeeded":
+            raise SystemExit(f"the API call did not succeed: {response.status_code} {answer}")
+
+    return _measure(once, runs)
+
+
+def throughput(client, headers: dict, toolkit, count: int) -> float:
+    """Submit `count` calls at once and time them until the last has finished."""
+    from toolhub.runs.models import FINISHED, Invocation
+
+    url = f"/api/v1/toolkits/{toolkit.slug}/tools/echo/invoke"
+    body = json.dumps({"arguments": ARGUMENTS, "wait": False})
+    started = time.perf_counter()
+    ids = []
+    for _ in range(count):
+        response = client.post(url, body, content_type="application/json", **headers)
+        if response.status_code != 202:
+            raise SystemExit(f"submitting failed: {response.status_code} {response.content[:300]!r}")
+        ids.append(response.json()["id"])
+    deadline = time.monotonic() + STUCK_AFTER_SECONDS + count
+    while True:
+        statuses = list(Invocation.objects.filter(pk__in=ids).values_list("status", flat=True))
+        if all(status in FINISHED for status in statuses):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit("invocations did not finish in time (is another worker taking this broker's tasks?)")
+        time.sleep(0.02)
+    elapsed = time.perf_counter() - started
+    failed = Invocation.objects.filter(pk__in=ids).exclude(status="succeeded").count()
+    if failed:
+        raise SystemExit(f"{failed} of the {count} invocations did not succeed")
+    return count / elapsed
+
+
+# Main
+# ------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=30, help="runs of each sandboxed row (default 30)")
+    parser.add_argument("--baseline-runs", type=int, default=1000, help="runs of each in-process row (default 1000)")
+    parser.add_argument("--throughput", type=int, default=40, help="invocations per throughput row (default 40)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    args = parser.parse_args()
+
+    scratch = Scratch()
+    workers: list[Worker] = []
+    try:
+        import django
+
+        django.setup()
+        from django.conf import settings
+        from django.core.management import call_command
+        from django.test import Client
+
+        from toolhub.accounts.models import ApiToken
+        from toolhub.runs import sandbox
+
+        call_command("migrate", verbosity=0)
+        user, toolkit = ready_toolkit()
+        source_path = sandbox.source_file(toolkit.current_revision)
+        broker = "redis" if settings.REDIS_URL else "filesystem"
+        database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+        print(f"toolkit ready; broker: {broker}, database: {database}, scratch: {scratch.dir}", flush=True)
+
+        rows: list[tuple[str, list[float]]] = []
+        warm, cold = in_process(source_path, args.baseline_runs)
+        rows += [("in-process call (unsafe baseline)", warm), ("in-process import + call", cold)]
+        rows.append(("cold sandbox (run_sandboxed + runtime)", cold_sandbox(toolkit, args.runs)))
+
+        client = Client()
+        _token, raw = ApiToken.issue(user=user, name="bench")
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+        workers.append(Worker(scratch, concurrency=1))
+        rows.append(("end to end: API, broker, worker, sandbox", end_to_end(client, headers, toolkit, args.runs)))
+        rate_1 = throughput(client, headers, toolkit, args.throughput)
+        workers.pop().stop()
+        workers.append(Worker(scratch, concurrency=2))
+        throughput(client, headers, toolkit, 4)  # warm-up: both worker processes start a sandbox
+        rate_2 = throughput(client, headers, toolkit, args.throughput)
+        workers.pop().stop()
+
+        baseline = statistics.median(warm)
+        print()
+        print(f"{'what':<44} {'runs':>5} {'p50 ms':>10} {'p95 ms':>10} {'p50 ÷ baseline':>15}")
+        print("-" * 88)
+        for name, times in rows:
+            p50 = statistics.median(times)
+            p95 = _percentile(times, 0.95)
+            print(f"{name:<44} {len(times):>5} {p50 * 1000:>10.4g} {p95 * 1000:>10.4g} {p50 / baseline:>15,.0f}")
+        print("-" * 88)
+        print(f"{'invocations/s, 1 worker, concurrency 1':<44} {args.throughput:>5} {rate_1:>10.2f}")
+        print(f"{'invocations/s, 1 worker, concurrency 2':<44} {args.throughput:>5} {rate_2:>10.2f}"
+              f"   ({rate_2 / rate_1:.2f}× concurrency 1, {os.cpu_count()} CPUs)")
+    finally:
+        for worker in workers:
+            worker.stop()
+        scratch.remove(args.keep)
+
+
+if __name__ == "__main__":
+    main()
