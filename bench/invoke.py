@@ -121,8 +121,10 @@ class Scratch:
         parts = urlsplit(url)
         base = parts.path.lstrip("/") or "postgres"
         self.pg_name = f"{base}_bench_{os.getpid()}"
-        self.pg_admin_url = url
-        with psycopg.connect(url, autocommit=True) as conn:
+        # The named database need not exist: the scratch one is created from the server's
+        # maintenance database, as pytest-django creates its test database.
+        self.pg_admin_url = urlunsplit(parts._replace(path="/postgres"))
+        with psycopg.connect(self.pg_admin_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.pg_name}"')
         return urlunsplit(parts._replace(path="/" + self.pg_name))
 

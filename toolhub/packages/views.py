@@ -120,14 +120,9 @@ def toolkit_environment(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def toolkit_environment_live(request: HttpRequest, slug: str) -> HttpResponse:
-    """The polled fragment of the Environment tab."""
-    ctx = _environment_context(request, slug)
-    response = render(request, "packages/_environment_live.html", ctx)
-    if request.headers.get("HX-Request") and not ctx["live"]:
-        # Only a building page polls; once the build is over the status in the page's header
-        # is stale too, so the whole page is reloaded (once: it no longer polls).
-        response["HX-Refresh"] = "true"
-    return response
+    """The polled fragment of the Environment tab (with the toolkit's heading out of band,
+    so that the status at the top of the page follows the build too)."""
+    return render(request, "packages/_environment_live.html", _environment_context(request, slug))
 
 
 @login_required

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from toolhub.lib import environments as envlib
@@ -168,40 +168,29 @@ class _Heartbeat:
 
 @shared_task(acks_late=True)
 def run_invocation(invocation_id: str) -> None:
-    with transaction.atomic():
-        invocation = (
-            Invocation.objects.select_for_update().select_related("revision", "toolkit", "user")
-            .filter(pk=invocation_id).first()
-        )
-        if invocation is None or invocation.is_finished:
-            return
-        if invocation.status != RunStatus.QUEUED:
-            # Redelivered after a worker died mid-run: tools may have side effects, so
-            # the call is not run twice.
-            _finish(invocation, RunStatus.FAILED, error="The worker running this invocation stopped before it finished.")
-            return
-        invocation.status = RunStatus.RUNNING
-        invocation.started_at = invocation.heartbeat_at = timezone.now()
-        invocation.save(update_fields=["status", "started_at", "heartbeat_at"])
+    # Claimed with one conditional UPDATE, not SELECT ... FOR UPDATE and a save: on SQLite a
+    # transaction that reads and then writes fails at once with "database is locked" while
+    # another connection writes (the busy timeout does not cover that upgrade), and a task
+    # that failed here would leave its invocation queued until the reaper.
+    now = timezone.now()
+    claimed = Invocation.objects.filter(pk=invocation_id, status=RunStatus.QUEUED).update(
+        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now
+    )
+    invocation = Invocation.objects.select_related("revision", "toolkit", "user").filter(pk=invocation_id).first()
+    if invocation is None or invocation.is_finished:
+        return
+    if not claimed:
+        # Redelivered after a worker died mid-run: tools may have side effects, so
+        # the call is not run twice.
+        _finish(invocation, RunStatus.FAILED, error="The worker running this invocation stopped before it finished.")
+        return
+    try:
+        request = _invoke_request(invocation)
+    except Exception as exc:  # noqa: BLE001 - an accepted invocation must always end
+        logger.exception("invocation %s could not be prepared", invocation_id)
+        _finish(invocation, RunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
+        return
     revision = invocation.revision
-    user = invocation.user
-    request = {
-        "op": "invoke",
-        "source_path": "/opt/toolkit/toolkit.py",
-        "tool": invocation.tool,
-        "arguments": invocation.arguments,
-        "valves": load_values(toolkit=invocation.toolkit) if revision.valves_schema else None,
-        "user_valves": load_values(toolkit=invocation.toolkit, user=user) if revision.user_valves_schema else None,
-        "user": {"id": str(user.pk), "name": user.get_full_name() or user.username, "email": user.email,
-                 "role": "admin" if user.is_staff else "user"},
-        "metadata": {"toolkit": invocation.toolkit.slug, "revision": revision.number, "invocation": str(invocation.id)},
-        "messages": invocation.messages,
-        "files": invocation.files,
-        "model": None,
-        # Open WebUI passes the toolkit's id as __id__; the invocation id is in metadata.
-        "id": invocation.toolkit.slug,
-        "call_timeout": settings.TOOLHUB_EVENT_CALL_TIMEOUT,
-    }
     try:
         with _Heartbeat(invocation.pk):
             env_dir = ensure_revision_environment(revision)
@@ -237,6 +226,29 @@ def run_invocation(invocation_id: str) -> None:
         _finish(invocation, RunStatus.FAILED, error=final.get("error") or "The tool failed.", traceback=final.get("traceback", ""), **usage)
     else:
         _finish(invocation, RunStatus.FAILED, error=_outcome_reason(outcome) or "The tool ended without a result.", traceback=outcome.stderr_tail, **usage)
+
+
+def _invoke_request(invocation: Invocation) -> dict:
+    """The request line for the runtime. Valve values are decrypted only here, into it."""
+    revision = invocation.revision
+    user = invocation.user
+    return {
+        "op": "invoke",
+        "source_path": "/opt/toolkit/toolkit.py",
+        "tool": invocation.tool,
+        "arguments": invocation.arguments,
+        "valves": load_values(toolkit=invocation.toolkit) if revision.valves_schema else None,
+        "user_valves": load_values(toolkit=invocation.toolkit, user=user) if revision.user_valves_schema else None,
+        "user": {"id": str(user.pk), "name": user.get_full_name() or user.username, "email": user.email,
+                 "role": "admin" if user.is_staff else "user"},
+        "metadata": {"toolkit": invocation.toolkit.slug, "revision": revision.number, "invocation": str(invocation.id)},
+        "messages": invocation.messages,
+        "files": invocation.files,
+        "model": None,
+        # Open WebUI passes the toolkit's id as __id__; the invocation id is in metadata.
+        "id": invocation.toolkit.slug,
+        "call_timeout": settings.TOOLHUB_EVENT_CALL_TIMEOUT,
+    }
 
 
 def _finish(invocation: Invocation, status: str, **fields) -> None:

@@ -151,7 +151,7 @@ def revision_became_ready(*, revision: Revision) -> None:
     """Called by the workers: the newest ready revision becomes current, unless someone
     rolled back to a later one in the meantime."""
     with transaction.atomic():
-        toolkit = Toolkit.objects.select_for_update().select_related("current_revision").get(pk=revision.toolkit_id)
+        toolkit = Toolkit.objects.select_for_update(of=("self",)).select_related("current_revision").get(pk=revision.toolkit_id)
         current = toolkit.current_revision
         if current is None or current.status != Status.READY or current.number < revision.number:
             toolkit.current_revision = revision
