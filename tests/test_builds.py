@@ -472,6 +472,31 @@ def test_with_transitive_approval_the_names_in_the_lock_wait_in_the_queue(
 
 
 @pytest.mark.django_db
+def test_names_from_a_lock_hold_nothing_back_once_the_setting_is_off(
+    settings, client, alice, sizes, django_capture_on_commit_callbacks
+):
+    from toolhub.packages.services import revision_submit
+
+    settings.TOOLHUB_APPROVE_TRANSITIVE = True
+    Package.objects.filter(name="humanize").update(status=Approval.APPROVED)
+    revision = _revision(sizes)
+    revision_submit(revision=revision, extra_names={"pydantic-core": "==2.50.5", "humanize": "==4.17.0"})
+    revision.refresh_from_db()
+    assert revision.status_detail == "Waiting for an admin to approve: pydantic-core"
+    # The toolkit's own requirement keeps its own specifier; only the other name is transitive.
+    assert sorted(revision.package_requests.values_list("package__name", "specifier", "transitive")) == [
+        ("humanize", ">=4", False), ("pydantic-core", "==2.50.5", True),
+    ]
+
+    settings.TOOLHUB_APPROVE_TRANSITIVE = False
+    client.force_login(alice)
+    with django_capture_on_commit_callbacks() as callbacks:
+        client.post("/toolkits/friendly_sizes/environment/retry/")
+    assert _revision(sizes).status == Status.BUILDING
+    assert len(callbacks) == 1
+
+
+@pytest.mark.django_db
 def test_transitive_approval_is_off_by_default():
     assert django_settings.TOOLHUB_APPROVE_TRANSITIVE is False
 

@@ -351,15 +351,6 @@ def test_the_api_refuses_a_rejection_without_a_reason(client, admin, bearer, siz
     assert Package.objects.get(name="humanize").status == Approval.PENDING
 
 
-# The services refuse these with InvalidDecision (field "reason" / "name"); the API only
-# maps InvalidConstraint to a 400 so far and answers these with a 500. Remove the markers
-# once toolhub/api/api.py catches package_services.InvalidDecision.
-_API_MAPS_ONLY_CONSTRAINTS = pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="toolhub/api does not map services.InvalidDecision to 400 yet"
-)
-
-
-@_API_MAPS_ONLY_CONSTRAINTS
 def test_the_api_refuses_a_blank_reason(client, admin, bearer, sizes):
     response = client.post(f"{API}/humanize/reject", {"reason": "   "}, content_type="application/json", **bearer(admin))
     assert Package.objects.get(name="humanize").status == Approval.PENDING
@@ -367,7 +358,6 @@ def test_the_api_refuses_a_blank_reason(client, admin, bearer, sizes):
     assert response.json()["errors"][0]["field"] == "reason"
 
 
-@_API_MAPS_ONLY_CONSTRAINTS
 def test_the_api_refuses_an_invalid_package_name(client, admin, bearer):
     response = client.post(f"{API}/not%20a%20name/approve", {}, content_type="application/json", **bearer(admin))
     assert not Package.objects.exists()

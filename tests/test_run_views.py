@@ -341,6 +341,13 @@ def test_a_pending_confirmation_shows_a_dialog(client, toolkit, carol):
     assert f'hx-post="/invocations/{invocation.id}/respond/"' in dialog
 
 
+def test_an_admin_looking_on_sees_the_question_but_no_form(client, toolkit, carol, admin):
+    invocation = _waiting(toolkit, carol)
+    html = page(client, admin, f"/invocations/{invocation.id}/live/").content.decode()
+    assert "<dialog" not in html and "respond/" not in html
+    assert "waiting for carol to answer “Sure?”" in html
+
+
 def test_a_pending_input_shows_a_prompt(client, toolkit, carol):
     invocation = _waiting(toolkit, carol, "input")
     dialog = page(client, carol, f"/invocations/{invocation.id}/").content.decode().split("<dialog")[1]

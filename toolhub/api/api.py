@@ -300,15 +300,19 @@ def approve_package(request, name: str, payload: s.ApproveIn):
     _admin(request)
     try:
         package = package_services.package_approve(name=name, user=request.user, constraint=payload.constraint or "")
-    except package_services.InvalidConstraint as exc:
-        raise _error(400, str(exc), "constraint") from None
+    except package_services.InvalidDecision as exc:
+        raise _error(400, str(exc), exc.field) from None
     return package_out(package)
 
 
 @api.post("/packages/{name}/reject", response={200: s.PackageOut, **ERRORS}, tags=["packages"])
 def reject_package(request, name: str, payload: s.RejectIn):
     _admin(request)
-    return package_out(package_services.package_reject(name=name, user=request.user, reason=payload.reason))
+    try:
+        package = package_services.package_reject(name=name, user=request.user, reason=payload.reason)
+    except package_services.InvalidDecision as exc:
+        raise _error(400, str(exc), exc.field) from None
+    return package_out(package)
 
 
 # INVOCATIONS

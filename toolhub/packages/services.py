@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -64,7 +65,11 @@ def revision_submit(*, revision: Revision, extra_names: dict[str, str] | None = 
 
 
 def evaluate(*, revision: Revision) -> None:
-    names = list(revision.package_requests.values_list("package__name", "package__status", "package__reason"))
+    requests = revision.package_requests.all()
+    if not settings.TOOLHUB_APPROVE_TRANSITIVE:
+        # Names found only in a lock hold nothing back once the setting is off again.
+        requests = requests.filter(transitive=False)
+    names = list(requests.values_list("package__name", "package__status", "package__reason"))
     rejected = sorted((n, reason) for n, status, reason in names if status == Approval.REJECTED)
     pending = sorted(n for n, status, _ in names if status == Approval.PENDING)
     if rejected:

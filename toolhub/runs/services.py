@@ -82,10 +82,8 @@ def invocation_create(
         toolkit=toolkit, revision=revision, tool=tool, arguments=arguments, user=user,
         messages=messages or [], files=files or [],
     )
-    from toolhub.runs.tasks import run_invocation
-
     try:
-        run_invocation.apply_async((str(invocation.id),), retry=False)
+        _enqueue(str(invocation.id))
     except (OperationalError, OSError) as exc:
         # Nothing may stay queued forever: a call no broker accepted ends here.
         Invocation.objects.filter(pk=invocation.pk).update(
@@ -94,6 +92,19 @@ def invocation_create(
         )
         raise InvocationRejected(503, [("No worker is available to run tools right now; try again later.", None)]) from exc
     return invocation
+
+
+def _enqueue(invocation_id: str) -> None:
+    """Publish the task, failing fast when the broker cannot be reached.
+
+    Left to itself, kombu retries a new broker connection for about six seconds before it
+    gives up, and the caller of the API waits all that time for its 503. One quick retry is
+    enough to ride out a broker that just restarted."""
+    from toolhub.runs.tasks import run_invocation
+
+    with run_invocation.app.pool.acquire(block=True) as connection:
+        connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2)
+        run_invocation.apply_async((invocation_id,), retry=False, connection=connection)
 
 
 def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocation:

@@ -231,6 +231,8 @@ def _invocation_context(request: HttpRequest, invocation: Invocation) -> dict:
         "other_events": others,
         "result_text": result_text,
         "show_traceback": can_manage_toolkit(request.user, invocation.toolkit),
+        # Only the invoker answers; an admin looking on sees the question without the form.
+        "can_respond": invocation.user_id == request.user.pk,
         # The launcher reports kilobytes; filesizeformat wants bytes.
         "max_rss_bytes": invocation.max_rss_kb * 1024 if invocation.max_rss_kb else None,
         "live": not invocation.is_finished,
