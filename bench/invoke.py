@@ -100,10 +100,14 @@ class Scratch:
         self.pg_admin_url: str | None = None
         self.pg_name: str | None = None
         database_url = os.environ.get("DATABASE_URL", "")
-        if database_url.startswith(("postgres://", "postgresql://")):
-            self.database_url = self._scratch_postgres(database_url)
-        else:
-            self.database_url = f"sqlite:///{self.dir / 'bench.sqlite3'}"
+        try:
+            if database_url.startswith(("postgres://", "postgresql://")):
+                self.database_url = self._scratch_postgres(database_url)
+            else:
+                self.database_url = f"sqlite:///{self.dir / 'bench.sqlite3'}"
+        except Exception:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
         os.environ.update({
             "TOOLHUB_DATA_DIR": str(self.dir),
             "DATABASE_URL": self.database_url,

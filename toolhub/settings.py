@@ -97,7 +97,13 @@ DATABASES["default"]["ATOMIC_REQUESTS"] = False
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # The web server and the embedded worker share one SQLite file: wait for locks
     # instead of failing at once.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        timeout=20,
+        # Take the write lock when a transaction starts, and let readers run beside a writer,
+        # so the worker and the web process do not fail each other with "database is locked".
+        transaction_mode="IMMEDIATE",
+        init_command="PRAGMA journal_mode=WAL;",
+    )
     # A file, not memory, so a worker process started by the tests shares the test database.
     # One per test process, so parallel runs on one machine do not share it.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")}
