@@ -68,8 +68,8 @@ lock: deps
 	$(VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras -o toolhub/runtime/requirements.txt toolhub/runtime/requirements.in
 
 messages: deps
-	$(PY) manage.py makemessages -a --ignore=.venv --ignore=.data
-	$(PY) manage.py compilemessages --ignore=.venv
+	DJANGO_SETTINGS_MODULE=toolhub.settings_test $(PY) manage.py makemessages -l fr -l pl -l tr -l zh_Hans --ignore=.venv --ignore=.data --ignore=tests
+	DJANGO_SETTINGS_MODULE=toolhub.settings_test $(PY) manage.py compilemessages --ignore=.venv
 
 bench: deps wheelhouse
 	$(PY) bench/environments.py

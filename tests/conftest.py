@@ -196,3 +196,12 @@ def inline_tasks(monkeypatch):
     monkeypatch.setattr(build_revision, "delay", _inline(build_revision))
     monkeypatch.setattr(introspect_revision, "delay", _inline(introspect_revision))
     return queued
+
+
+@pytest.fixture(autouse=True)
+def _english_by_default():
+    """A request leaves its language active on the thread; start every test in English."""
+    from django.utils import translation
+
+    with translation.override("en"):
+        yield

@@ -49,6 +49,14 @@ TURKISH = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _english_unless_asked():
+    """Each test starts in English and leaves the language as it found it: a request
+    activates its language for the rest of the thread, so it would leak into later tests."""
+    with translation.override("en"):
+        yield
+
+
 def _plugin_metadata() -> dict:
     """What bad_calculator's `get_metadata()` returns, read from the demo file without
     running it (the web process never runs toolkit code)."""

@@ -24,7 +24,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 MAIN = REPO / "toolhub" / "runtime" / "main.py"
-EXAMPLES = REPO.parent / "shared" / "examples"
+EXAMPLES = REPO / "toolhub" / "toolkits" / "demo"
 
 
 @dataclass

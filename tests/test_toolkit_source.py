@@ -19,7 +19,7 @@ from toolhub.lib.toolkit_source import (
     slugify,
 )
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "shared" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "toolhub" / "toolkits" / "demo"
 
 TOOLS = "class Tools:\n    def echo(self, text: str) -> str:\n        return text\n"
 

@@ -67,6 +67,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "toolhub.accounts.middleware.UserLanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -111,6 +112,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # AUTH
 # ------------------------------------------------------------------------------
+# Loads the user's profile (their remembered language) in the same query as the user.
+AUTHENTICATION_BACKENDS = ["toolhub.accounts.middleware.UserLanguageBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "toolkit_list"
 LOGOUT_REDIRECT_URL = "login"

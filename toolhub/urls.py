@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import path
 from django.views.generic import RedirectView
 
 from toolhub.accounts import views as accounts
@@ -18,7 +18,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/tokens/", accounts.api_tokens, name="api_tokens"),
     path("account/tokens/<int:token_id>/revoke/", accounts.api_token_revoke, name="api_token_revoke"),
-    path("i18n/", include("django.conf.urls.i18n")),
+    path("i18n/setlang/", toolkit_i18n.set_language, name="set_language"),
     path("static/highlight.css", toolkits.highlight_css, name="highlight_css"),
     path("toolkits/", toolkits.toolkit_list, name="toolkit_list"),
     path("toolkits/new/", toolkits.toolkit_new, name="toolkit_new"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import gettext as gettext_module
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -464,7 +464,6 @@ def translation_import(*, toolkit: Toolkit, data: Any) -> int:
     return translation_save(toolkit=toolkit, texts=texts)
 
 
-def languages_named(codes: Iterable[str]) -> list[tuple[str, str]]:
-    """(code, name in the active language) for the given codes, in settings order."""
-    names = dict(settings.LANGUAGES)
-    return [(code, str(names[code])) for code in codes if code in names]
+def language_names() -> list[tuple[str, str]]:
+    """(code, name in the active language) of the dashboard's languages, in settings order."""
+    return [(code, str(name)) for code, name in settings.LANGUAGES]

@@ -42,7 +42,7 @@ def _page(request: HttpRequest, toolkit: Toolkit, *, status: int = 200, **extra)
     columns = [
         # How many keys in use each language still lacks, for the column headers.
         {"code": code, "name": name, "missing": sum(1 for row in used if row.cells[i].missing)}
-        for i, (code, name) in enumerate(display.languages_named(display.language_codes()))
+        for i, (code, name) in enumerate(display.language_names())
     ]
     ctx.update(
         rows=rows,
