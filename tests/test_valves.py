@@ -302,3 +302,13 @@ def test_a_known_secret_appears_in_no_page_response_or_log(client, admin, carol,
     for text in seen:
         assert SECRET not in text
     assert SECRET not in caplog.text
+
+
+@pytest.mark.django_db
+def test_fields_keep_the_order_the_toolkit_declared(client, admin, toolkit):
+    # PostgreSQL's jsonb would sort the schema's properties; the form must not.
+    toolkit.current_revision.refresh_from_db()
+    assert list(toolkit.current_revision.valves_schema["properties"]) == ["api_key", "region", "retries"]
+    client.force_login(admin)
+    html = client.get(_valves_url(toolkit)).content.decode()
+    assert html.index('name="api_key"') < html.index('name="region"') < html.index('name="retries"')

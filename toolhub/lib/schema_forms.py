@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolhub.lib.schema_errors import ALL_ERRORS, choice_key, is_null_schema, validate
-from toolhub.lib.secrets import MASK, is_value_set, secret_fields, split_words
+from toolhub.lib.secrets import MASK, follow_local_ref, is_value_set, secret_fields, split_words
 
 __all__ = [
     "ALL_ERRORS",
@@ -299,7 +299,7 @@ def _flatten(node: Mapping[str, Any], root: Mapping[str, Any]) -> tuple[dict[str
         ref = current.get("$ref")
         if isinstance(ref, str):
             siblings = {key: value for key, value in current.items() if key != "$ref"}
-            target = _follow_ref(ref, root) if ref not in seen_refs else None
+            target = follow_local_ref(ref, root) if ref not in seen_refs else None
             seen_refs.add(ref)
             if target is None:
                 current = siblings
@@ -344,21 +344,6 @@ def _flatten(node: Mapping[str, Any], root: Mapping[str, Any]) -> tuple[dict[str
         nullable = True
         current["enum"] = [item for item in enum if item is not None]
     return current, nullable
-
-
-def _follow_ref(ref: str, root: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """Resolve a local `#/...` pointer; remote references are never fetched."""
-    if ref == "#":
-        return root
-    if not ref.startswith("#/"):
-        return None
-    node: Any = root
-    for token in ref[2:].split("/"):
-        token = token.replace("~1", "/").replace("~0", "~")
-        if not isinstance(node, Mapping) or token not in node:
-            return None
-        node = node[token]
-    return node if isinstance(node, Mapping) else None
 
 
 def _json_type(schema: Mapping[str, Any]) -> str | None:

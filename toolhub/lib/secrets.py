@@ -272,7 +272,7 @@ def _branches(node: Mapping[str, Any], root: Mapping[str, Any], *, seen: set[str
     ref = node.get("$ref")
     if isinstance(ref, str) and ref not in seen:
         seen.add(ref)
-        target = _follow_ref(ref, root)
+        target = follow_local_ref(ref, root)
         if target is not None:
             yield target
     for combinator in ("anyOf", "oneOf", "allOf"):
@@ -283,8 +283,10 @@ def _branches(node: Mapping[str, Any], root: Mapping[str, Any], *, seen: set[str
                     yield branch
 
 
-def _follow_ref(ref: str, root: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def follow_local_ref(ref: str, root: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """Resolve a local `#/...` JSON pointer; remote references are never fetched."""
+    if ref == "#":
+        return root
     if not ref.startswith("#/"):
         return None
     node: Any = root

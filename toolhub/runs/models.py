@@ -8,6 +8,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from toolhub.lib.fields import OrderedJSONField
+
 
 class RunStatus(models.TextChoices):
     QUEUED = "queued", _("Queued")
@@ -26,13 +28,13 @@ class Invocation(models.Model):
     toolkit = models.ForeignKey("toolkits.Toolkit", on_delete=models.CASCADE, related_name="invocations")
     revision = models.ForeignKey("toolkits.Revision", on_delete=models.CASCADE, related_name="invocations")
     tool = models.CharField(max_length=200)
-    arguments = models.JSONField(default=dict)
+    arguments = OrderedJSONField(default=dict)
     # Advanced inputs of a test run (Open WebUI's __messages__ and __files__).
     messages = models.JSONField(default=list, blank=True)
     files = models.JSONField(default=list, blank=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="invocations")
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
-    result = models.JSONField(null=True, blank=True)
+    result = OrderedJSONField(null=True, blank=True)
     result_type = models.CharField(max_length=10, blank=True)
     error = models.TextField(blank=True)
     # Shown only to the toolkit's owner and admins.
@@ -41,7 +43,7 @@ class Invocation(models.Model):
     cpu_ms = models.PositiveIntegerField(null=True, blank=True)
     max_rss_kb = models.PositiveIntegerField(null=True, blank=True)
     # The pending __event_call__ (if any) and the answer given to it.
-    pending_call = models.JSONField(null=True, blank=True)
+    pending_call = OrderedJSONField(null=True, blank=True)
     call_answer = models.JSONField(null=True, blank=True)
     egress = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -71,7 +73,7 @@ class Event(models.Model):
     invocation = models.ForeignKey(Invocation, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=40)
-    data = models.JSONField(default=dict)
+    data = OrderedJSONField(default=dict)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

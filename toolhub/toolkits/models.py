@@ -6,6 +6,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from toolhub.lib.fields import OrderedJSONField
+
 
 class Status(models.TextChoices):
     UPLOADED = "uploaded", _("Uploaded")
@@ -75,7 +77,7 @@ class Revision(models.Model):
     version = models.CharField(max_length=100, blank=True)
     title = models.CharField(max_length=200)
     description = models.TextField(blank=True)
-    manifest = models.JSONField(default=dict)
+    manifest = OrderedJSONField(default=dict)
     requirements = models.JSONField(default=list)
     tool_names = models.JSONField(default=list)
     has_valves = models.BooleanField(default=False)
@@ -93,10 +95,10 @@ class Revision(models.Model):
     build_log = models.TextField(blank=True)
     # Shown only to the toolkit's owner and admins.
     traceback = models.TextField(blank=True)
-    tools = models.JSONField(default=list)
-    valves_schema = models.JSONField(null=True, blank=True)
-    user_valves_schema = models.JSONField(null=True, blank=True)
-    plugin_metadata = models.JSONField(null=True, blank=True)
+    tools = OrderedJSONField(default=list)
+    valves_schema = OrderedJSONField(null=True, blank=True)
+    user_valves_schema = OrderedJSONField(null=True, blank=True)
+    plugin_metadata = OrderedJSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-number"]
