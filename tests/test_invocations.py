@@ -473,3 +473,55 @@ def test_a_worker_killed_mid_run_leaves_a_failed_invocation_and_no_process(ready
     assert invocation.status == RunStatus.FAILED
     assert invocation.error == "The worker running this invocation stopped before it finished."
     assert invocation.finished_at is not None and invocation.pending_call is None
+
+
+LEAKY = '''
+"""
+title: Leaky
+"""
+from pydantic import BaseModel
+
+
+class Tools:
+    class Valves(BaseModel):
+        api_key: str = ""
+
+    class UserValves(BaseModel):
+        password: str = ""
+
+
+    async def leak(self, __user__: dict, __event_emitter__=None) -> str:
+        import sys
+        # A toolkit may print, emit or raise its secrets; ToolHub must not keep them.
+        secrets = f"{self.valves.api_key} {__user__['valves'].password}"
+        print("valves:", secrets, file=sys.stderr)
+        await __event_emitter__({"type": "status", "data": {"description": secrets}})
+        raise RuntimeError(f"leaking {secrets}")
+'''
+
+
+def test_a_runs_secrets_reach_only_its_sandbox(ready, alice, admin, caplog, client):
+    """The valve values go to the sandbox's stdin and nowhere else: not the invocation
+    record, its events, the API, the run page, or the worker's log, even when the tool
+    prints, emits or raises them."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    toolkit = ready(alice, LEAKY)
+    store_values(toolkit=toolkit, values={"api_key": "admin-secret-9137"}, by=admin)
+    store_values(toolkit=toolkit, values={"password": "alice-secret-2468"}, user=alice, by=alice)
+    invocation = invoke(toolkit, "leak", alice)
+    assert invocation.status == RunStatus.FAILED
+    assert "leaking ******** ********" in invocation.error
+    assert invocation.events.get().data == {"description": "******** ********"}
+    client.force_login(alice)
+    seen = [
+        repr(Invocation.objects.filter(pk=invocation.pk).values().get()),
+        repr(list(invocation.events.values())),
+        client.get(f"/api/v1/invocations/{invocation.id}", **bearer(alice)).content.decode(),
+        client.get(f"/invocations/{invocation.id}/").content.decode(),
+        caplog.text,
+    ]
+    for text in seen:
+        assert "admin-secret-9137" not in text
+        assert "alice-secret-2468" not in text

@@ -12,12 +12,13 @@ from django.utils import timezone
 
 from toolhub.lib import environments as envlib
 from toolhub.lib import sandbox as sandboxlib
+from toolhub.lib.secrets import MASK
 from toolhub.packages.environments import ensure_revision_environment
 from toolhub.runs import sandbox
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.toolkits.models import Revision, Status
 from toolhub.toolkits.services import revision_became_ready
-from toolhub.toolkits.valves import load_values
+from toolhub.toolkits.valves import load_values, schema_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +77,45 @@ def _outcome_reason(outcome) -> str:
     return ""
 
 
+class _Scrubber:
+    """Masks the run's secret valve values in everything stored from it (events, result,
+    error, traceback): a toolkit that prints or raises a user's secret must not carry it
+    into the invocation record, which admins can read."""
+
+    def __init__(self, request: dict | None = None, revision: Revision | None = None):
+        found: set[str] = set()
+        if request is not None and revision is not None:
+            for values, schema in (
+                (request.get("valves"), revision.valves_schema),
+                (request.get("user_valves"), revision.user_valves_schema),
+            ):
+                for name in schema_secrets(schema):
+                    value = (values or {}).get(name)
+                    # Very short values would mask ordinary text and protect little.
+                    if isinstance(value, str) and len(value) >= 4:
+                        found.add(value)
+        self.secrets = sorted(found, key=len, reverse=True)
+
+    def __call__(self, value):
+        if not self.secrets:
+            return value
+        if isinstance(value, str):
+            for secret in self.secrets:
+                value = value.replace(secret, MASK)
+            return value
+        if isinstance(value, dict):
+            return {self(k): self(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        return value
+
+
 class _Recorder:
     """Receives the runtime's messages for one invocation: stores events as they arrive,
     answers __event_call__ requests from the database, and keeps the heartbeat."""
 
-    def __init__(self, invocation: Invocation):
+    def __init__(self, invocation: Invocation, scrub: _Scrubber | None = None):
+        self.scrub = scrub or _Scrubber()
         self.invocation = invocation
         self.seq = invocation.events.count()
         self.beat = time.monotonic()
@@ -97,7 +132,8 @@ class _Recorder:
 
     def _store(self, type_: str, data) -> None:
         self.seq += 1
-        Event.objects.create(invocation=self.invocation, seq=self.seq, type=type_, data=data if data is not None else {})
+        data = self.scrub(data if data is not None else {})
+        Event.objects.create(invocation=self.invocation, seq=self.seq, type=self.scrub(type_), data=data)
 
     def _heartbeat(self, force: bool = False) -> None:
         if force or time.monotonic() - self.beat > HEARTBEAT_SECONDS:
@@ -106,7 +142,7 @@ class _Recorder:
 
     def _ask(self, message: dict) -> dict:
         call_id = message.get("call_id")
-        event = message.get("event") or {}
+        event = self.scrub(message.get("event") or {})
         # Only a running invocation starts waiting (and only a waiting one resumes below):
         # one the reaper has already ended must not come back to life.
         Invocation.objects.filter(pk=self.invocation.pk, status=RunStatus.RUNNING).update(
@@ -191,13 +227,14 @@ def run_invocation(invocation_id: str) -> None:
         _finish(invocation, RunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
         return
     revision = invocation.revision
+    scrub = _Scrubber(request, revision)
     try:
         with _Heartbeat(invocation.pk):
             env_dir = ensure_revision_environment(revision)
             with sandbox.egress_for(invocation.toolkit) as (binds, egress, proxy):
                 request["egress"] = egress
                 outcome = sandbox.run(
-                    revision=revision, env_dir=env_dir, request=request, on_message=_Recorder(invocation),
+                    revision=revision, env_dir=env_dir, request=request, on_message=_Recorder(invocation, scrub),
                     extra_binds=binds,
                 )
                 if proxy is not None:
@@ -213,7 +250,8 @@ def run_invocation(invocation_id: str) -> None:
         _finish(invocation, RunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
         return
     del request
-    final = outcome.final or {}
+    final = scrub(outcome.final or {})
+    outcome.stderr_tail = scrub(outcome.stderr_tail)
     usage = {"cpu_ms": outcome.cpu_ms, "max_rss_kb": outcome.max_rss_kb}
     if outcome.status == "timed_out":
         _finish(invocation, RunStatus.TIMED_OUT, error=f"The tool ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s and was stopped.", limit=outcome.limit or "wall_time", **usage)
