@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.env_fixtures import demo_index, slow_gate  # noqa: F401
+# The fixture modules' own asserts get pytest's messages too; registered before anything
+# imports them.
+pytest.register_assert_rewrite("tests.env_fixtures", "tests.sandbox_fixtures", "tests.egress_fixtures")
+
+from tests.env_fixtures import demo_index, slow_gate  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -32,9 +32,8 @@ from pathlib import Path
 import pytest
 
 # The session fixtures (sandbox_env, sandbox_runtime, sandbox_data_dir) live in
-# tests/sandbox_fixtures.py, loaded as a plugin; registered for assertion rewriting before this
-# module imports its helpers, so that pytest does not warn that it was imported too early.
-pytest.register_assert_rewrite("tests.sandbox_fixtures")
+# tests/sandbox_fixtures.py, loaded as a plugin (tests/conftest.py registers it for
+# assertion rewriting).
 pytest_plugins = ["tests.sandbox_fixtures"]
 
 from tests.sandbox_fixtures import REPO, SANDBOX_USER, require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
