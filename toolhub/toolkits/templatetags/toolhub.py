@@ -58,3 +58,14 @@ def safe_link(url, label=None, css=""):
     if scheme not in ("http", "https"):
         return label or url
     return format_html('<a href="{}" class="{}" rel="noopener noreferrer nofollow" target="_blank">{}</a>', url, css, label or url)
+
+
+@register.filter
+def as_json(value) -> str:
+    """Pretty JSON for arguments, events and results (escaped by the template as usual)."""
+    import json
+
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    except (TypeError, ValueError):
+        return repr(value)
