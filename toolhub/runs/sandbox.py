@@ -93,3 +93,14 @@ def egress_for(toolkit):
     finally:
         handle.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def startup_check() -> None:
+    """Say at worker start, not at the first invocation, when this host cannot sandbox:
+    bubblewrap or the sandbox user missing, or user namespaces unavailable."""
+    import logging
+
+    try:
+        sandboxlib.check_sandbox(sandbox_user=settings.TOOLHUB_SANDBOX_USER, bwrap=settings.TOOLHUB_BWRAP)
+    except sandboxlib.SandboxUnavailable as exc:
+        logging.getLogger(__name__).error("This worker cannot run toolkits: %s", exc)
