@@ -748,3 +748,18 @@ def test_parse_accepts_a_query_dict(engine: Any) -> None:
 
     data = QueryDict("v-text=abc&v-times=3")
     assert parse_submission(TOOL_SCHEMA, data, prefix="v-") == ({"text": "abc", "times": 3}, {})
+
+
+def test_a_catastrophic_pattern_is_not_run_in_the_web_process():
+    # (a+)+$ against "aaaa…b" backtracks exponentially in Python's re; the sandbox checks
+    # patterns instead, under its CPU limit.
+    import time
+
+    from toolhub.lib.schema_forms import validate
+
+    schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": "(a+)+$"}}}
+    started = time.monotonic()
+    assert validate(schema, {"x": "a" * 40 + "b"}) == {}
+    assert time.monotonic() - started < 1
+    # Everything else is still checked.
+    assert "x" in validate(schema, {"x": 5})

@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from referencing.exceptions import Unresolvable
 
@@ -30,6 +30,18 @@ __all__ = ["ALL_ERRORS", "choice_key", "is_null_schema", "validate"]
 ALL_ERRORS = "__all__"
 # One field cannot drown the page: beyond this many messages the rest are summarised.
 _MAX_MESSAGES_PER_FIELD = 10
+
+
+def _not_here(validator, value, instance, schema):
+    return iter(())
+
+
+# Regular expressions from uploaded schemas are not run in the web process: a catastrophic
+# `pattern` could hang a request. The sandbox checks the same values again with pydantic, where
+# CPU time is capped, and reports a mismatch as the tool's (or the valves') error.
+_WebValidator = validators.extend(
+    Draft202012Validator, {"pattern": _not_here, "patternProperties": _not_here}
+)
 
 
 def validate(
@@ -55,7 +67,7 @@ def validate(
     props = schema.get("properties")
     properties = props if isinstance(props, Mapping) else {}
     secrets = set(secret_names) if secret_names is not None else secret_fields(schema)
-    validator = Draft202012Validator(schema)
+    validator = _WebValidator(schema)
     found: dict[str, list[str]] = {}
     try:
         for error in validator.iter_errors(values):
