@@ -26,6 +26,7 @@ from toolhub.packages import services as package_services
 from toolhub.packages.models import Approval, Package
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation
+from toolhub.runs.selectors import get_invocation_for_user
 from toolhub.toolkits import selectors, services, valves
 
 logger = logging.getLogger(__name__)
@@ -335,19 +336,7 @@ def invoke(request, slug: str, tool: str, payload: s.InvokeIn):
 
 
 def _invocation(request, invocation_id: str) -> Invocation:
-    invocation = Invocation.objects.select_related("toolkit", "revision").filter(pk=_uuid(invocation_id)).first()
-    if invocation is None or not (is_admin(request.user) or invocation.user_id == request.user.pk):
-        raise Http404
-    return invocation
-
-
-def _uuid(value: str):
-    import uuid
-
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise Http404 from None
+    return get_invocation_for_user(user=request.user, invocation_id=invocation_id)
 
 
 @api.get("/invocations/{invocation_id}", response={200: s.InvocationOut, **ERRORS}, tags=["invocations"])

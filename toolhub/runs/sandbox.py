@@ -27,15 +27,15 @@ def limits() -> sandboxlib.Limits:
 
 
 def source_file(revision: Revision) -> Path:
-    """Write the revision's source where the sandbox user can read it. The file is named
-    by its hash and written atomically, so a half-written file is never bound."""
+    """The revision's source as a file for the launcher, which reads it and hands the bytes
+    to the sandbox in a memfd. Named by its hash and written atomically, so it is written
+    once per source and a half-written file is never read."""
     directory = Path(settings.DATA_DIR) / "sources"
     directory.mkdir(parents=True, exist_ok=True, mode=0o755)
     path = directory / f"{revision.sha256}.py"
     if not path.is_file():
         tmp = directory / f".{revision.sha256}.{os.getpid()}.tmp"
         tmp.write_text(revision.source, encoding="utf-8")
-        tmp.chmod(0o644)
         os.replace(tmp, path)
     return path
 

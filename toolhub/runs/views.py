@@ -14,6 +14,7 @@ from toolhub.accounts.roles import can_manage_toolkit, is_admin
 from toolhub.lib import schema_forms
 from toolhub.runs import services
 from toolhub.runs.models import Invocation, RunStatus
+from toolhub.runs.selectors import get_invocation_for_user, parse_invocation_id
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
 from toolhub.toolkits.views import _detail_context
@@ -22,16 +23,6 @@ HISTORY_PAGE = 25
 # Log nodes nest at most this deep on the page; deeper ones are shown at this depth. The tree
 # comes from the tool, and each level is a recursive template include.
 MAX_LOG_DEPTH = 12
-
-
-def get_invocation_for_user(*, user, invocation_id) -> Invocation:
-    """The one way pages fetch an invocation: its invoker and admins see it, nobody else
-    learns it exists."""
-    qs = Invocation.objects.select_related("toolkit", "revision", "user")
-    invocation = qs.filter(pk=invocation_id).first()
-    if invocation is None or not (is_admin(user) or invocation.user_id == user.pk):
-        raise Http404
-    return invocation
 
 
 def _tool_forms(revision, *, data=None, errors_for=None, values_for=None) -> list[dict]:
@@ -115,7 +106,7 @@ def toolkit_tools(request: HttpRequest, slug: str) -> HttpResponse:
     again = request.GET.get("again")
     values_for = {}
     if again:
-        previous = Invocation.objects.filter(pk=_uuid(again), toolkit=toolkit).first()
+        previous = Invocation.objects.filter(pk=parse_invocation_id(again), toolkit=toolkit).first()
         if previous is not None and (is_admin(request.user) or previous.user_id == request.user.pk):
             values_for[previous.tool] = previous.arguments
     ctx["tools"] = _tool_forms(ctx["revision"], values_for=values_for)
@@ -123,15 +114,6 @@ def toolkit_tools(request: HttpRequest, slug: str) -> HttpResponse:
     if ctx["revision"] and ctx["revision"].status != "ready":
         ctx["not_ready"] = services.not_ready_reason(toolkit)
     return render(request, "runs/tools.html", ctx)
-
-
-def _uuid(value: str):
-    import uuid
-
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
 
 
 def _recent(request, toolkit):

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from django import template
 from django.contrib.auth.models import AnonymousUser
 from django.utils.html import format_html
@@ -45,19 +43,6 @@ def tool_display_description(context, revision, tool_name, toolkit=None):
     """A tool's description as people see it (a RAGFlow `displayDescription` resolved)."""
     shown = tool_display(revision=revision, toolkit=toolkit or getattr(revision, "toolkit", None)).get(tool_name)
     return _shown(context, shown.description) if shown else ""
-
-
-@register.simple_tag
-def safe_link(url, label=None, css=""):
-    """Only http(s) links become anchors: a `javascript:` URL in hostile frontmatter stays text."""
-    url = str(url or "")
-    try:
-        scheme = urlsplit(url).scheme
-    except ValueError:
-        scheme = ""
-    if scheme not in ("http", "https"):
-        return label or url
-    return format_html('<a href="{}" class="{}" rel="noopener noreferrer nofollow" target="_blank">{}</a>', url, css, label or url)
 
 
 @register.filter
