@@ -12,7 +12,7 @@ WHEELHOUSE_STAMP = .complete-$(shell cat toolhub/runtime/requirements.txt tests/
 PORT ?= 8000
 export TOOLHUB_DATA_DIR ?= $(DATA)
 
-.PHONY: run test lint lock wheelhouse system system-test deps data messages bench clean
+.PHONY: run test lint lock wheelhouse system system-test deps dev-deps data messages bench clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,14 @@ $(VENV)/.installed: requirements.txt
 	$(PY) -m pip install -q --require-hashes -r requirements.txt
 	touch $@
 
+# Tests and tools (pytest, Playwright, ruff, mypy) on top of the production set.
+$(VENV)/.installed-dev: $(VENV)/.installed requirements-dev.txt
+	$(PY) -m pip install -q --require-hashes -r requirements-dev.txt
+	touch $@
+
 deps: $(VENV)/.installed
+
+dev-deps: $(VENV)/.installed-dev
 
 # System packages and the sandbox's unprivileged user. Needs root the first time; as
 # another user it only checks and tells what is missing.
@@ -36,7 +43,7 @@ data:
 	@test -f $(DATA)/toolhub.env || $(PY) scripts/make_env.py $(DATA)/toolhub.env
 
 # The runtime's locked requirements and the demo's `humanize`, for offline builds in tests.
-wheelhouse: deps
+wheelhouse: dev-deps
 	@mkdir -p $(WHEELHOUSE)
 	@test -f $(WHEELHOUSE)/$(WHEELHOUSE_STAMP) || ( \
 	  $(PY) -m pip download -q --only-binary=:all: --no-deps -d $(WHEELHOUSE) -r toolhub/runtime/requirements.txt && \
@@ -51,27 +58,29 @@ run: deps system data
 	@trap 'kill 0' INT TERM EXIT; \
 	  DEBUG=$${DEBUG:-true} $(VENV)/bin/celery -A toolhub worker -B -Q builds,sandbox,celery -c 2 -l info \
 	    --schedule $(DATA)/celerybeat-schedule & \
-	  DEBUG=$${DEBUG:-true} $(PY) manage.py runserver 127.0.0.1:$(PORT) & \
+	  DEBUG=$${DEBUG:-true} $(VENV)/bin/gunicorn toolhub.wsgi -b 127.0.0.1:$(PORT) -w 2 --threads 4 \
+	    --timeout 60 --access-logfile - & \
 	  wait
 
 # Tests run against $DATABASE_URL / $REDIS_URL when set (CI sets both), else SQLite and
 # the embedded broker.
-test: deps system-test wheelhouse
+test: dev-deps system-test wheelhouse
 	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/ruff check .
 	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/pytest $(PYTEST_ARGS)
 
-lint: deps
+lint: dev-deps
 	$(VENV)/bin/ruff check .
 
 lock: deps
 	$(VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras -o requirements.txt requirements.in
+	$(VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras -o requirements-dev.txt requirements-dev.in
 	$(VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras -o toolhub/runtime/requirements.txt toolhub/runtime/requirements.in
 
-messages: deps
+messages: dev-deps
 	DJANGO_SETTINGS_MODULE=toolhub.settings_test $(PY) manage.py makemessages -l fr -l pl -l tr -l zh_Hans --ignore=.venv --ignore=.data --ignore=tests
 	DJANGO_SETTINGS_MODULE=toolhub.settings_test $(PY) manage.py compilemessages --ignore=.venv
 
-bench: deps wheelhouse
+bench: dev-deps wheelhouse
 	$(PY) bench/environments.py
 	$(PY) bench/invoke.py
 

@@ -29,8 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from toolhub.lib import build_runner  # noqa: E402
-from toolhub.lib.environments import (  # noqa: E402
+from toolhub.packages import build_runner  # noqa: E402
+from toolhub.packages.envbuild import (  # noqa: E402
     DEFAULT_INTERPRETER,
     IndexSettings,
     Timeouts,

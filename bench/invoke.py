@@ -10,7 +10,7 @@ baseline's):
   called, which is what Open WebUI and RAGFlow do. The unsafe baseline.
 - in-process import + call: the file executed afresh for each call (what a "cold" call costs
   without a sandbox).
-- cold sandbox: `toolhub.lib.sandbox.run_sandboxed` with the real runtime, a new bubblewrap
+- cold sandbox: `toolhub.sandbox.launcher.run_sandboxed` with the real runtime, a new bubblewrap
   sandbox per call, as the worker starts one per invocation.
 - end to end: `POST /api/v1/toolkits/{slug}/tools/echo/invoke` with `"wait": true`, through
   Django's test client in this process, the broker, a real Celery worker process and the
@@ -222,9 +222,9 @@ def in_process(source_path: Path, runs: int) -> tuple[list[float], list[float]]:
 def cold_sandbox(toolkit, runs: int) -> list[float]:
     from django.conf import settings
 
-    from toolhub.lib import sandbox as sandboxlib
     from toolhub.packages.environments import ensure_revision_environment
     from toolhub.runs import sandbox
+    from toolhub.sandbox import launcher as sandboxlib
 
     revision = toolkit.current_revision
     env_dir = ensure_revision_environment(revision)

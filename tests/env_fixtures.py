@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from toolhub.lib.environments import IndexSettings
+from toolhub.packages.envbuild import IndexSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WHEELHOUSE = REPO_ROOT / ".data" / "wheelhouse"

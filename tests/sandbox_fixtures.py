@@ -1,4 +1,4 @@
-"""Fixtures for tests that run code in the real bubblewrap sandbox (toolhub.lib.sandbox).
+"""Fixtures for tests that run code in the real bubblewrap sandbox (toolhub.sandbox.launcher).
 
 They need what CI has: root (to switch to the sandbox user), bubblewrap, the
 `toolhub-sandbox` user and Debian's `/usr/bin/python3.11`. Where one is missing the tests
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from toolhub.lib import sandbox
+from toolhub.sandbox import launcher as sandbox
 
 REPO = Path(__file__).resolve().parent.parent
 SANDBOX_USER = sandbox.DEFAULT_SANDBOX_USER

@@ -27,7 +27,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from tests.conftest import example, start_worker, toolkit_source
-from toolhub.lib import environments as envlib
+from toolhub.packages import envbuild as envlib
 from toolhub.packages.environments import environments_root
 from toolhub.packages.models import Approval, Package
 from toolhub.packages.tasks import build_revision

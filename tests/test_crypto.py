@@ -1,4 +1,4 @@
-"""toolhub.lib.crypto: key parsing, JSON encryption, rotation, and messages that leak nothing."""
+"""toolhub.vault.crypto: key parsing, JSON encryption, rotation, and messages that leak nothing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import base64
 import pytest
 from cryptography.fernet import Fernet
 
-from toolhub.lib.crypto import (
+from toolhub.vault.crypto import (
     GENERATE_KEY_COMMAND,
     DecryptionError,
     EncryptionKeyError,

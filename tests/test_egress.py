@@ -1,4 +1,4 @@
-"""Tests of the egress proxy (toolhub.lib.egress) and the in-sandbox forwarder.
+"""Tests of the egress proxy (toolhub.sandbox.egress.proxy) and the in-sandbox forwarder.
 
 Nothing here reaches the internet. Test servers listen on 127.0.0.1, and the proxy is told
 about them in the only way it allows: a fake resolver maps made-up names (`*.example.test`) to
@@ -35,8 +35,10 @@ from typing import Any
 
 import pytest
 
-from toolhub.lib import egress
-from toolhub.lib.egress import (
+from toolhub.runtime import egress_forwarder
+from toolhub.runtime.egress_forwarder import EgressForwarder, proxy_environment
+from toolhub.sandbox.egress import proxy as egress
+from toolhub.sandbox.egress.proxy import (
     EgressPolicy,
     EgressProxy,
     ProxyHandle,
@@ -46,8 +48,6 @@ from toolhub.lib.egress import (
     start_proxy_thread,
     validate_host_pattern,
 )
-from toolhub.runtime import egress_forwarder
-from toolhub.runtime.egress_forwarder import EgressForwarder, proxy_environment
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -1117,7 +1117,7 @@ print(json.dumps(out))
 
 
 def _bwrap(probe_dir: Path, extra: list[str], *args: str) -> dict[str, Any]:
-    # The same isolation as toolhub.lib.sandbox: every namespace, no user namespace inside,
+    # The same isolation as toolhub.sandbox.launcher: every namespace, no user namespace inside,
     # a read-only root; the proxy socket arrives as a read-only bind (connect() still works).
     command = [
         "setpriv",

@@ -1,4 +1,4 @@
-"""toolhub.lib.environments: locks, per-lock virtualenvs, and the command runner under them.
+"""toolhub.packages.envbuild: locks, per-lock virtualenvs, and the command runner under them.
 
 Everything runs offline against the wheelhouse from tests/env_fixtures.py (`demo_index`).
 """
@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from tests.env_fixtures import DemoIndex
-from toolhub.lib import build_runner, environments
-from toolhub.lib.environments import (
+from toolhub.packages import build_runner
+from toolhub.packages import envbuild as environments
+from toolhub.packages.envbuild import (
     MARKER_NAME,
     BuildFailed,
     IndexSettings,

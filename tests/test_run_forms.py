@@ -8,7 +8,7 @@ import pytest
 from django.http import QueryDict
 
 from tests.test_runtime import IMPROVEMENTS, PARITY
-from toolhub.lib import schema_forms
+from toolhub.toolkits import schema_forms
 
 CASES = [expected for _source, expected in PARITY + IMPROVEMENTS]
 KINDS = {"text", "number", "integer", "checkbox", "select", "multiselect", "json", "password"}

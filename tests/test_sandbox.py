@@ -1,4 +1,4 @@
-"""The launcher (toolhub.lib.sandbox) against hostile toolkits, for real.
+"""The launcher (toolhub.sandbox.launcher) against hostile toolkits, for real.
 
 Every toolkit here runs in bubblewrap as the sandbox user, through the real runtime
 (toolhub/runtime) unless a test is about the launcher's own protocol handling, in which case
@@ -37,7 +37,7 @@ import pytest
 pytest_plugins = ["tests.sandbox_fixtures"]
 
 from tests.sandbox_fixtures import REPO, SANDBOX_USER, require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
-from toolhub.lib.sandbox import (  # noqa: E402
+from toolhub.sandbox.launcher import (  # noqa: E402
     Limits,
     SandboxOutcome,
     SandboxUnavailable,
@@ -800,7 +800,7 @@ def test_it_removes_its_cgroups(run_tool) -> None:
 _WORKER = """
 import sys
 from pathlib import Path
-from toolhub.lib.sandbox import Limits, run_sandboxed
+from toolhub.sandbox.launcher import Limits, run_sandboxed
 
 def on_message(message):
     print("running", flush=True)

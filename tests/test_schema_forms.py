@@ -1,4 +1,4 @@
-"""toolhub.lib.schema_forms and templates/includes/schema_field.html.
+"""toolhub.toolkits.schema_forms and templates/includes/schema_field.html.
 
 Schemas come from real pydantic models (as introspection produces them) and from hand-written
 Open WebUI-style tool parameter schemas. No database is needed.
@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, Field, SecretStr
 
-from toolhub.lib.schema_forms import (
+from toolhub.toolkits.schema_forms import (
     ALL_ERRORS,
     CHECKBOX,
     INTEGER,
@@ -31,7 +31,7 @@ from toolhub.lib.schema_forms import (
     parse_submission,
     validate,
 )
-from toolhub.lib.secrets import MASK
+from toolhub.vault.secret_fields import MASK
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 SECRET_VALUE = "sk-very-secret-0123456789"
@@ -755,7 +755,7 @@ def test_a_catastrophic_pattern_is_not_run_in_the_web_process():
     # patterns instead, under its CPU limit.
     import time
 
-    from toolhub.lib.schema_forms import validate
+    from toolhub.toolkits.schema_forms import validate
 
     schema = {"type": "object", "properties": {"x": {"type": "string", "pattern": "(a+)+$"}}}
     started = time.monotonic()

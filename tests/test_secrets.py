@@ -1,4 +1,4 @@
-"""toolhub.lib.secrets: which fields are secret, masking, and merging a submission."""
+"""toolhub.vault.secret_fields: which fields are secret, masking, and merging a submission."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field, SecretStr
 
-from toolhub.lib.secrets import (
+from toolhub.vault.secret_fields import (
     MASK,
     mask_values,
     merge_submitted,

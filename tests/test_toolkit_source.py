@@ -1,4 +1,4 @@
-"""Tests of the static toolkit checks in toolhub.lib.toolkit_source (no Django, no DB)."""
+"""Tests of the static toolkit checks in toolhub.toolkits.source_checks (no Django, no DB)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from toolhub.lib.toolkit_source import (
+from toolhub.toolkits.source_checks import (
     MAX_SOURCE_BYTES,
     ParsedToolkit,
     SourceError,

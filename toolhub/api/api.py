@@ -19,15 +19,14 @@ from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
 from toolhub.api import schemas as s
 from toolhub.api.auth import BrowserSession, TokenAuth
 from toolhub.api.serializers import invocation_out, package_out, toolkit_out, toolkit_summary
-from toolhub.lib import schema_forms
-from toolhub.lib.secrets import MASK, mask_values, merge_submitted
-from toolhub.lib.toolkit_source import MAX_SOURCE_BYTES, ToolkitSourceInvalid
 from toolhub.packages import services as package_services
 from toolhub.packages.models import Approval, Package
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation
 from toolhub.runs.selectors import get_invocation_for_user
-from toolhub.toolkits import selectors, services, valves
+from toolhub.toolkits import schema_forms, selectors, services, valves
+from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, ToolkitSourceInvalid
+from toolhub.vault.secret_fields import MASK, mask_values, merge_submitted
 
 logger = logging.getLogger(__name__)
 

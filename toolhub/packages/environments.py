@@ -1,4 +1,4 @@
-"""Django-side glue for toolhub.lib.environments: settings in, a revision's lock and
+"""Django-side glue for toolhub.packages.envbuild: settings in, a revision's lock and
 environment out."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from toolhub.lib import environments as envlib
+from toolhub.packages import envbuild as envlib
 from toolhub.toolkits.models import Revision
 
 

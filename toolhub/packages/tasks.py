@@ -13,7 +13,7 @@ from django.utils import timezone
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from toolhub.lib import environments as envlib
+from toolhub.packages import envbuild as envlib
 from toolhub.packages.environments import BuildLog, ensure_revision_environment, index_settings, timeouts
 from toolhub.packages.models import Approval, Package
 from toolhub.packages.services import approved_constraints, revision_submit

@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from toolhub.lib.fields import OrderedJSONField
+from toolhub.toolkits.fields import OrderedJSONField
 
 
 class RunStatus(models.TextChoices):

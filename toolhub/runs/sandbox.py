@@ -1,4 +1,4 @@
-"""Django-side glue for toolhub.lib.sandbox: where sources and the runtime live on this
+"""Django-side glue for toolhub.sandbox.launcher: where sources and the runtime live on this
 host, and the limits from settings."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from toolhub.lib import sandbox as sandboxlib
+from toolhub.sandbox import launcher as sandboxlib
 from toolhub.toolkits.models import Revision
 
 RUNTIME_SRC = Path(__file__).resolve().parent.parent / "runtime"
@@ -69,7 +69,7 @@ def egress_for(toolkit):
     if not toolkit.egress_granted:
         yield (), None, None
         return
-    from toolhub.lib.egress import EgressPolicy, run_proxy_in_thread
+    from toolhub.sandbox.egress.proxy import EgressPolicy, run_proxy_in_thread
 
     policy = EgressPolicy(
         allow_hosts=list(toolkit.egress_hosts) or None,

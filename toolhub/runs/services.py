@@ -8,8 +8,8 @@ from django.conf import settings
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from toolhub.lib import schema_forms
 from toolhub.runs.models import FINISHED, Invocation, RunStatus
+from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Status, Toolkit
 
 
@@ -33,7 +33,7 @@ def check_arguments(parameters: dict, arguments: object) -> list[tuple[str, str 
     """Validate arguments against a tool's JSON schema: (message, field) pairs, the field being
     the top-level argument concerned or None.
 
-    The schema was written by the toolkit's author, so the checks of toolhub.lib.schema_forms
+    The schema was written by the toolkit's author, so the checks of toolhub.toolkits.schema_forms
     are used: a broken schema, a bad regular expression or a remote `$ref` becomes an error
     message instead of a crash (or a fetch), and no message quotes a submitted value."""
     if not isinstance(arguments, dict):

@@ -10,15 +10,15 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
-from toolhub.lib import environments as envlib
-from toolhub.lib import sandbox as sandboxlib
-from toolhub.lib.secrets import MASK
+from toolhub.packages import envbuild as envlib
 from toolhub.packages.environments import ensure_revision_environment
 from toolhub.runs import sandbox
 from toolhub.runs.models import Event, Invocation, RunStatus
+from toolhub.sandbox import launcher as sandboxlib
 from toolhub.toolkits.models import Revision, Status
 from toolhub.toolkits.services import revision_became_ready
 from toolhub.toolkits.valves import load_values, schema_secrets
+from toolhub.vault.secret_fields import MASK
 
 logger = logging.getLogger(__name__)
 

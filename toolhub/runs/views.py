@@ -11,10 +11,10 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from toolhub.accounts.roles import can_manage_toolkit, is_admin
-from toolhub.lib import schema_forms
 from toolhub.runs import services
 from toolhub.runs.models import Invocation, RunStatus
 from toolhub.runs.selectors import get_invocation_for_user, parse_invocation_id
+from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
 from toolhub.toolkits.views import _detail_context

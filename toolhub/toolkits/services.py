@@ -1,5 +1,5 @@
 """Writes to toolkits and their revisions. Views, the API and commands call these; none of
-them imports or runs the uploaded code (the checks are static, see toolhub.lib.toolkit_source)."""
+them imports or runs the uploaded code (the checks are static, see toolhub.toolkits.source_checks)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from toolhub.lib.toolkit_source import ParsedToolkit, SourceError, ToolkitSourceInvalid, parse_toolkit_source, slugify
 from toolhub.toolkits.models import Revision, Status, Toolkit
+from toolhub.toolkits.source_checks import (
+    ParsedToolkit,
+    SourceError,
+    ToolkitSourceInvalid,
+    parse_toolkit_source,
+    slugify,
+)
 
 SLUG_MAX = 64
 # Slugs that name a page instead of a toolkit: /toolkits/new/ is the upload page.
@@ -187,7 +193,7 @@ class InvalidEgressHosts(ValueError):
 def toolkit_set_egress(*, toolkit: Toolkit, granted: bool, hosts: list[str], by) -> Toolkit:
     """Grant or withdraw network egress. `hosts` limits it to names or `*.domain` patterns;
     an empty list means any public host. Loopback and private addresses stay refused."""
-    from toolhub.lib.egress_rules import validate_host_pattern
+    from toolhub.sandbox.egress.rules import validate_host_pattern
 
     cleaned = []
     # Withdrawing forgets the allowlist, so whatever else the form held does not matter.

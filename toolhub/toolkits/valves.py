@@ -11,9 +11,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
-from toolhub.lib.crypto import EncryptionKeyError, Vault, parse_keys
-from toolhub.lib.secrets import secret_fields
 from toolhub.toolkits.models import Toolkit, ValveSet
+from toolhub.vault.crypto import EncryptionKeyError, Vault, parse_keys
+from toolhub.vault.secret_fields import secret_fields
 
 
 def check_encryption_settings() -> None:

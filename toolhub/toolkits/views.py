@@ -11,10 +11,10 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
-from toolhub.lib.highlight import highlight_python
-from toolhub.lib.toolkit_source import MAX_SOURCE_BYTES, SourceError, ToolkitSourceInvalid
 from toolhub.toolkits import selectors, services
+from toolhub.toolkits.highlight import highlight_python
 from toolhub.toolkits.models import Toolkit
+from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, SourceError, ToolkitSourceInvalid
 
 PAGE_SIZE = 20
 
@@ -249,7 +249,7 @@ def toolkit_delete(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_GET
 def highlight_css(request: HttpRequest) -> HttpResponse:
-    from toolhub.lib.highlight import stylesheet
+    from toolhub.toolkits.highlight import stylesheet
 
     response = HttpResponse(stylesheet(), content_type="text/css")
     response["Cache-Control"] = "max-age=86400"

@@ -12,12 +12,11 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
 from toolhub.accounts.roles import is_admin
-from toolhub.lib import schema_forms
-from toolhub.lib.secrets import merge_submitted
-from toolhub.toolkits import valves
+from toolhub.toolkits import schema_forms, valves
 from toolhub.toolkits.display import resolve
 from toolhub.toolkits.selectors import get_toolkit_for_user
 from toolhub.toolkits.views import _detail_context
+from toolhub.vault.secret_fields import merge_submitted
 
 
 def _settings_page(request: HttpRequest, slug: str, *, admin_valves: bool) -> HttpResponse:

@@ -2,7 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import toolhub.lib.fields
+import toolhub.toolkits.fields
 import uuid
 from django.conf import settings
 from django.db import migrations, models
@@ -23,18 +23,18 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.UUIDField(default=uuid.uuid4, editable=False, primary_key=True, serialize=False)),
                 ('tool', models.CharField(max_length=200)),
-                ('arguments', toolhub.lib.fields.OrderedJSONField(default=dict)),
+                ('arguments', toolhub.toolkits.fields.OrderedJSONField(default=dict)),
                 ('messages', models.JSONField(blank=True, default=list)),
                 ('files', models.JSONField(blank=True, default=list)),
                 ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('awaiting_input', 'Awaiting input'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('timed_out', 'Timed out')], default='queued', max_length=20)),
-                ('result', toolhub.lib.fields.OrderedJSONField(blank=True, null=True)),
+                ('result', toolhub.toolkits.fields.OrderedJSONField(blank=True, null=True)),
                 ('result_type', models.CharField(blank=True, max_length=10)),
                 ('error', models.TextField(blank=True)),
                 ('traceback', models.TextField(blank=True)),
                 ('limit', models.CharField(blank=True, max_length=20)),
                 ('cpu_ms', models.PositiveIntegerField(blank=True, null=True)),
                 ('max_rss_kb', models.PositiveIntegerField(blank=True, null=True)),
-                ('pending_call', toolhub.lib.fields.OrderedJSONField(blank=True, null=True)),
+                ('pending_call', toolhub.toolkits.fields.OrderedJSONField(blank=True, null=True)),
                 ('call_answer', models.JSONField(blank=True, null=True)),
                 ('egress', models.JSONField(blank=True, null=True)),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
@@ -55,7 +55,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('seq', models.PositiveIntegerField()),
                 ('type', models.CharField(max_length=40)),
-                ('data', toolhub.lib.fields.OrderedJSONField(default=dict)),
+                ('data', toolhub.toolkits.fields.OrderedJSONField(default=dict)),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
                 ('invocation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='runs.invocation')),
             ],

@@ -2,7 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import toolhub.lib.fields
+import toolhub.toolkits.fields
 from django.conf import settings
 from django.db import migrations, models
 
@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
                 ('version', models.CharField(blank=True, max_length=100)),
                 ('title', models.CharField(max_length=200)),
                 ('description', models.TextField(blank=True)),
-                ('manifest', toolhub.lib.fields.OrderedJSONField(default=dict)),
+                ('manifest', toolhub.toolkits.fields.OrderedJSONField(default=dict)),
                 ('requirements', models.JSONField(default=list)),
                 ('tool_names', models.JSONField(default=list)),
                 ('has_valves', models.BooleanField(default=False)),
@@ -42,10 +42,10 @@ class Migration(migrations.Migration):
                 ('environment_key', models.CharField(blank=True, max_length=64)),
                 ('build_log', models.TextField(blank=True)),
                 ('traceback', models.TextField(blank=True)),
-                ('tools', toolhub.lib.fields.OrderedJSONField(default=list)),
-                ('valves_schema', toolhub.lib.fields.OrderedJSONField(blank=True, null=True)),
-                ('user_valves_schema', toolhub.lib.fields.OrderedJSONField(blank=True, null=True)),
-                ('plugin_metadata', toolhub.lib.fields.OrderedJSONField(blank=True, null=True)),
+                ('tools', toolhub.toolkits.fields.OrderedJSONField(default=list)),
+                ('valves_schema', toolhub.toolkits.fields.OrderedJSONField(blank=True, null=True)),
+                ('user_valves_schema', toolhub.toolkits.fields.OrderedJSONField(blank=True, null=True)),
+                ('plugin_metadata', toolhub.toolkits.fields.OrderedJSONField(blank=True, null=True)),
                 ('uploaded_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
             ],
             options={

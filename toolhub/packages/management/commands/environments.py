@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from toolhub.lib import environments as envlib
+from toolhub.packages import envbuild as envlib
 from toolhub.packages.environments import environments_root
 from toolhub.toolkits.models import Revision
 

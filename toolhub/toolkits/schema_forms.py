@@ -13,13 +13,13 @@ Three steps, each usable alone:
   per-field error where a value cannot even be read (bad number, bad JSON, unknown choice);
 - `validate(schema, values)` checks the values with `jsonschema` (Draft 2020-12) and returns the
   errors per top-level field, with messages that never quote a submitted value (it lives in
-  `toolhub.lib.schema_errors` and is re-exported here).
+  `toolhub.toolkits.schema_errors` and is re-exported here).
 
 Widgets by schema construct: string -> text; integer/number -> number input with bounds from
 `minimum`/`maximum`/`exclusiveMinimum`/`exclusiveMaximum`; boolean -> checkbox (unchecked means
 false; `Optional[bool]` -> a yes/no/empty select); `enum`/`const` -> select; array of enum ->
 multiselect; Open WebUI `input: {type: select|multiselect, options: [...]}` with a static list of
-options -> select/multiselect; secret fields (`toolhub.lib.secrets.secret_fields`) -> password
+options -> select/multiselect; secret fields (`toolhub.vault.secret_fields.secret_fields`) -> password
 input that never shows the value; everything else (nested objects, free lists, dicts, unions, no
 `type` at all) -> JSON textarea. `$ref`/`$defs`, single-element `allOf` and `anyOf`/`oneOf` with a
 null branch (`Optional[X]`) are unwrapped first.
@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolhub.lib.schema_errors import ALL_ERRORS, choice_key, is_null_schema, validate
-from toolhub.lib.secrets import MASK, follow_local_ref, is_value_set, secret_fields, split_words
+from toolhub.toolkits.schema_errors import ALL_ERRORS, choice_key, is_null_schema, validate
+from toolhub.vault.secret_fields import MASK, follow_local_ref, is_value_set, secret_fields, split_words
 
 __all__ = [
     "ALL_ERRORS",

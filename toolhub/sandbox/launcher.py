@@ -115,23 +115,21 @@ import json
 import os
 import pwd
 import resource
-import select
-import selectors
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from toolhub.lib.sandbox_cgroups import RunCgroups
+from toolhub.sandbox.cgroups import RunCgroups
+from toolhub.sandbox.limits import Limits, SandboxOutcome, SandboxUnavailable
+from toolhub.sandbox.session import Session, classify
 
 DEFAULT_SANDBOX_USER = "toolhub-sandbox"
 DEFAULT_ARGV: tuple[str, ...] = ("/opt/env/bin/python", "-I", "/opt/runtime/main.py")
 DEFAULT_CGROUP_ROOT = Path("/sys/fs/cgroup")
-FINAL_KINDS = frozenset({"result", "error", "introspection"})
 
 SANDBOX_ENV_PATH = "/opt/env"
 SANDBOX_RUNTIME_PATH = "/opt/runtime"
@@ -168,59 +166,6 @@ _ISOLATION_ARGS = (
 # Top-level directories that a merged-usr system keeps as symlinks into /usr, and that a
 # dynamically linked interpreter reaches through (the ELF loader lives at /lib64/...).
 _USR_ALIASES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-
-
-_READ_CHUNK = 1 << 16
-
-# How long bubblewrap gets to exit after the command was killed before it is killed too.
-_KILL_PATIENCE = 2.0
-
-
-class SandboxUnavailable(RuntimeError):
-    """The sandbox cannot be used; the message says what to install or configure."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits for one sandboxed run. Sizes are in bytes, times in seconds."""
-
-    cpu_seconds: int = 10
-    wall_seconds: float = 30
-    memory_bytes: int = 1 << 30
-    processes: int = 64
-    open_files: int = 256
-    file_size_bytes: int = 16 << 20
-    output_bytes: int = 8 << 20
-    tmp_bytes: int = 64 << 20
-    # The longest single stdout line (one protocol message, the final result included).
-    message_bytes: int = 4 << 20
-    # How much of stderr is kept, from its end.
-    stderr_tail_bytes: int = 32 << 10
-    # Time spent in ``on_message`` that is not charged to ``wall_seconds``, in total.
-    host_wait_seconds: float = 600
-    # How long the command may take to exit after its final message before it is killed.
-    exit_grace_seconds: float = 2
-
-
-@dataclass
-class SandboxOutcome:
-    """How a sandboxed run ended."""
-
-    final: dict | None
-    status: str
-    limit: str | None
-    exit_code: int | None
-    stderr_tail: str
-    duration_ms: int
-    cpu_ms: int | None
-    max_rss_kb: int | None
-    # Every limit seen to be reached during the run, ``limit`` first when set.
-    limits_hit: tuple[str, ...] = ()
-    dropped_lines: int = 0
-    # Whether per-run cgroups (memory, pids) were in force.
-    cgroups: bool = False
-    messages: int = 0
-    output_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -503,7 +448,7 @@ def run_sandboxed(
     started = time.monotonic()
     cgroups = RunCgroups(cgroup_root, limits)
     process: subprocess.Popen | None = None
-    session: _Session | None = None
+    session: Session | None = None
     fds: list[int] = []
     try:
         source_fd = os.memfd_create("toolkit-source", os.MFD_CLOEXEC)
@@ -546,7 +491,7 @@ def run_sandboxed(
             fds.remove(fd)
             os.close(fd)
         cgroups.close_fds()
-        session = _Session(process=process, status_fd=status_read, limits=limits, on_message=on_message)
+        session = Session(process=process, status_fd=status_read, limits=limits, on_message=on_message)
         session.send(request_line)
         session.run()
         duration_ms = int((time.monotonic() - started) * 1000)
@@ -573,7 +518,7 @@ def run_sandboxed(
     if cpu_ms is None and usage is not None:
         cpu_ms = int((usage.ru_utime + usage.ru_stime) * 1000)
     exit_code = session.bwrap_status.get("exit-code")
-    status, limit, hit = _classify(
+    status, limit, hit = classify(
         state=state,
         exit_code=exit_code,
         stderr_tail=stderr_tail,
@@ -597,379 +542,3 @@ def run_sandboxed(
         messages=state.messages,
         output_bytes=state.output_bytes,
     )
-
-
-@dataclass
-class _RunState:
-    final: dict | None = None
-    killed_for: str | None = None
-    output_bytes: int = 0
-    dropped_lines: int = 0
-    messages: int = 0
-    stderr_tail: bytearray = field(default_factory=bytearray)
-
-
-class _Session:
-    """The parent's side of one run: pipes, deadlines and the kill.
-
-    The sandboxed command runs as pid 1 of its namespace (``--as-pid-1``), and bubblewrap
-    reports its host pid on the status descriptor. Killing that process empties the whole
-    namespace, and bubblewrap then reaps it and exits by itself, so no zombie is left for the
-    host's init to collect. Only when that pid is not known yet is bubblewrap itself killed.
-    """
-
-    def __init__(
-        self,
-        *,
-        process: subprocess.Popen,
-        status_fd: int,
-        limits: Limits,
-        on_message: Callable[[dict], dict | None],
-    ) -> None:
-        assert process.stdin and process.stdout and process.stderr
-        self.process = process
-        self.limits = limits
-        self.on_message = on_message
-        self.state = _RunState()
-        self.bwrap_status: dict = {}
-        self.usage: resource.struct_rusage | None = None
-        self.stdin_fd = process.stdin.fileno()
-        self.stdout_fd = process.stdout.fileno()
-        self.stderr_fd = process.stderr.fileno()
-        self.status_fd = status_fd
-        for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd, status_fd):
-            os.set_blocking(fd, False)
-        self.bwrap_pidfd = os.pidfd_open(process.pid)
-        self.child_pidfd: int | None = None
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.stdout_fd, selectors.EVENT_READ, "stdout")
-        self.selector.register(self.stderr_fd, selectors.EVENT_READ, "stderr")
-        self.selector.register(status_fd, selectors.EVENT_READ, "status")
-        self.selector.register(self.bwrap_pidfd, selectors.EVENT_READ, "exit")
-        self.open_streams = {"stdout", "stderr", "status"}
-        self.stdout_buffer = bytearray()
-        self.status_buffer = bytearray()
-        self.pending_stdin = bytearray()
-        self.stdin_open = True
-        self.stdin_registered = False
-        self.deadline = time.monotonic() + limits.wall_seconds
-        self.host_budget = limits.host_wait_seconds
-        self.final_at: float | None = None
-        self.killed_at: float | None = None
-        self.bwrap_signalled = False
-        self.exited_at: float | None = None
-
-    # -- writing
-
-    def send(self, data: bytes) -> None:
-        if not self.stdin_open:
-            return
-        self.pending_stdin += data
-        if not self.stdin_registered:
-            self.selector.register(self.stdin_fd, selectors.EVENT_WRITE, "stdin")
-            self.stdin_registered = True
-
-    def _write_stdin(self) -> None:
-        try:
-            written = os.write(self.stdin_fd, self.pending_stdin)
-        except BlockingIOError:
-            return
-        except OSError:
-            # The command closed its stdin or died; whatever was pending can never arrive.
-            self._close_stdin()
-            return
-        del self.pending_stdin[:written]
-        if not self.pending_stdin:
-            self.selector.unregister(self.stdin_fd)
-            self.stdin_registered = False
-
-    def _close_stdin(self) -> None:
-        if not self.stdin_open:
-            return
-        if self.stdin_registered:
-            self.selector.unregister(self.stdin_fd)
-            self.stdin_registered = False
-        self.stdin_open = False
-        self.pending_stdin.clear()
-        self.process.stdin.close()
-
-    # -- the loop
-
-    def run(self) -> None:
-        while not self._finished():
-            now = time.monotonic()
-            if self.exited_at is not None:
-                pass
-            elif self.killed_at is None:
-                if now >= self.deadline:
-                    self.kill("wall_time")
-                elif self.final_at is not None and now - self.final_at > self.limits.exit_grace_seconds:
-                    self.kill("exit_grace")
-            elif not self.bwrap_signalled and now - self.killed_at > _KILL_PATIENCE:
-                # The sandbox did not go away: take bubblewrap down with it.
-                self._signal_bwrap()
-            for key, _ in self.selector.select(timeout=self._timeout(now)):
-                self._handle(key.data)
-        self._reap()
-
-    def _finished(self) -> bool:
-        if self.exited_at is None:
-            return False
-        # Everything in the namespace is dead once bubblewrap has exited, so the pipes reach
-        # end of file at once; the time bound only guards against the unforeseen.
-        return not self.open_streams or time.monotonic() - self.exited_at > 1
-
-    def _timeout(self, now: float) -> float | None:
-        if self.exited_at is not None:
-            return 0.05
-        if self.killed_at is not None:
-            # Only bubblewrap's exit is awaited now, and at worst the escalation.
-            return None if self.bwrap_signalled else max(self.killed_at + _KILL_PATIENCE - now, 0) + 0.01
-        wake = self.deadline
-        if self.final_at is not None:
-            wake = min(wake, self.final_at + self.limits.exit_grace_seconds)
-        return max(wake - now, 0)
-
-    def _handle(self, name: str) -> None:
-        if name == "exit":
-            self.selector.unregister(self.bwrap_pidfd)
-            self.exited_at = time.monotonic()
-            self._close_stdin()
-        elif name == "stdin":
-            self._write_stdin()
-        elif name == "status":
-            chunk = self._read(self.status_fd, name)
-            self.status_buffer += chunk
-            self._parse_status()
-        elif name == "stderr":
-            chunk = self._read(self.stderr_fd, name)
-            self._count(chunk)
-            tail = self.state.stderr_tail
-            tail += chunk
-            del tail[: -self.limits.stderr_tail_bytes]
-        else:
-            chunk = self._read(self.stdout_fd, name)
-            self._count(chunk)
-            if self.state.killed_for is None:
-                self.stdout_buffer += chunk
-                self._take_lines()
-
-    def _read(self, fd: int, name: str) -> bytes:
-        try:
-            chunk = os.read(fd, _READ_CHUNK)
-        except BlockingIOError:
-            return b""
-        if not chunk:
-            self.selector.unregister(fd)
-            self.open_streams.discard(name)
-        return chunk
-
-    def _count(self, chunk: bytes) -> None:
-        self.state.output_bytes += len(chunk)
-        if self.state.output_bytes > self.limits.output_bytes:
-            self.kill("output")
-
-    def _parse_status(self) -> None:
-        self.bwrap_status = _parse_json_documents(self.status_buffer)
-        child_pid = self.bwrap_status.get("child-pid")
-        if self.child_pidfd is None and isinstance(child_pid, int):
-            try:
-                self.child_pidfd = os.pidfd_open(child_pid)
-            except ProcessLookupError:
-                pass
-            if self.killed_at is not None:
-                self._signal_child()
-
-    def _take_lines(self) -> None:
-        state = self.state
-        buffer = self.stdout_buffer
-        while state.killed_for is None:
-            end = buffer.find(b"\n")
-            if (end < 0 and len(buffer) > self.limits.message_bytes) or (end > self.limits.message_bytes):
-                self.kill("message_size")
-                return
-            if end < 0:
-                return
-            line = bytes(buffer[:end])
-            del buffer[: end + 1]
-            if state.final is not None:
-                # Anything printed after the final message is ignored.
-                continue
-            try:
-                message = json.loads(line)
-            except ValueError:
-                message = None
-            if not isinstance(message, dict):
-                if line.strip():
-                    state.dropped_lines += 1
-                continue
-            state.messages += 1
-            if message.get("kind") in FINAL_KINDS:
-                state.final = message
-                self.final_at = time.monotonic()
-                self._close_stdin()
-                continue
-            begun = time.monotonic()
-            reply = self.on_message(message)
-            # Host time is not the tool's time, up to the budget.
-            credit = min(time.monotonic() - begun, self.host_budget)
-            self.host_budget -= credit
-            self.deadline += credit
-            if reply is not None:
-                self.send(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
-
-    # -- ending
-
-    def kill(self, reason: str) -> None:
-        if self.state.killed_for is None and self.state.final is None:
-            self.state.killed_for = reason
-        if self.killed_at is not None:
-            return
-        self.killed_at = time.monotonic()
-        self._close_stdin()
-        if self.child_pidfd is not None:
-            self._signal_child()
-        else:
-            self._signal_bwrap()
-
-    def _signal_child(self) -> None:
-        assert self.child_pidfd is not None
-        try:
-            signal.pidfd_send_signal(self.child_pidfd, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-    def _signal_bwrap(self) -> None:
-        self.bwrap_signalled = True
-        if self.process.returncode is None:
-            try:
-                signal.pidfd_send_signal(self.bwrap_pidfd, signal.SIGKILL)
-            except (ProcessLookupError, OSError):
-                pass
-
-    def _reap(self) -> None:
-        if self.process.returncode is not None:
-            return
-        _, status, self.usage = os.wait4(self.process.pid, 0)
-        self.process.returncode = os.waitstatus_to_exitcode(status)
-        # Pick up a status document written just before bubblewrap exited.
-        while "status" in self.open_streams:
-            chunk = self._read(self.status_fd, "status")
-            if not chunk:
-                break
-            self.status_buffer += chunk
-        self.bwrap_status = _parse_json_documents(self.status_buffer)
-
-    def close(self) -> None:
-        """Leave nothing running and nothing open, whatever happened before."""
-        if self.process.returncode is None:
-            self.kill("aborted")
-            # Give bubblewrap a moment to reap the command it just lost, so that no zombie
-            # is left to the host's init; then make sure of it.
-            readable, _, _ = select.select([self.bwrap_pidfd], [], [], _KILL_PATIENCE)
-            if not readable:
-                self._signal_bwrap()
-            self._reap()
-        self.selector.close()
-        for fd in (self.bwrap_pidfd, self.child_pidfd):
-            if fd is not None:
-                os.close(fd)
-        self.child_pidfd = None
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
-
-
-def _parse_json_documents(data: bytes | bytearray) -> dict:
-    """Merge the concatenated JSON documents bubblewrap writes on its status descriptor."""
-    merged: dict = {}
-    decoder = json.JSONDecoder()
-    text = bytes(data).decode("utf-8", "replace")
-    position = 0
-    while True:
-        while position < len(text) and text[position].isspace():
-            position += 1
-        if position >= len(text):
-            return merged
-        try:
-            document, position = decoder.raw_decode(text, position)
-        except ValueError:
-            return merged
-        if isinstance(document, dict):
-            merged.update(document)
-
-
-# Python-level traces of a limit, as they appear in a traceback or on stderr.
-_ERROR_MARKS = (
-    ("MemoryError", "memory"),
-    ("[Errno 12] Cannot allocate memory", "memory"),
-    ("[Errno 27] File too large", "file_size"),
-    ("[Errno 28] No space left on device", "tmp_space"),
-    ("BlockingIOError: [Errno 11]", "processes"),
-)
-
-
-def _classify(
-    *,
-    state: _RunState,
-    exit_code: int | None,
-    stderr_tail: str,
-    oom: bool,
-    pids_hit: bool,
-    cpu_ms: int | None,
-    limits: Limits,
-) -> tuple[str, str | None, tuple[str, ...]]:
-    """Turn what was observed into (status, limit, every limit seen to be reached)."""
-    hit: list[str] = []
-    if state.killed_for in ("wall_time", "output", "message_size"):
-        hit.append(state.killed_for)
-    if oom:
-        hit.append("memory")
-    if (
-        state.killed_for is None
-        and exit_code == 128 + signal.SIGKILL
-        and cpu_ms is not None
-        and cpu_ms >= limits.cpu_seconds * 500
-    ):
-        # Nobody on the host killed it and it used most of its CPU budget: RLIMIT_CPU did.
-        # Only "most": on a loaded virtual machine the usage reported afterwards falls short
-        # of the limit the kernel enforced by up to 15 % (measured here).
-        hit.append("cpu_time")
-    if exit_code == 128 + signal.SIGXFSZ:
-        hit.append("file_size")
-    if pids_hit:
-        hit.append("processes")
-    error_text = _error_text(state.final, stderr_tail)
-    hit += [name for mark, name in _ERROR_MARKS if mark in error_text]
-    hit = list(dict.fromkeys(hit))
-
-    if state.killed_for == "wall_time":
-        return "timed_out", "wall_time", tuple(hit)
-    if state.killed_for in ("output", "message_size"):
-        return "limit_exceeded", state.killed_for, tuple(hit)
-    if state.final is not None:
-        # A final error caused by a limit is still the limit's fault; the final message is
-        # kept so its traceback can be shown.
-        if state.final.get("kind") == "error" and hit:
-            return "limit_exceeded", hit[0], tuple(hit)
-        return "ok", None, tuple(hit)
-    if hit:
-        return "limit_exceeded", hit[0], tuple(hit)
-    return "crashed", None, tuple(hit)
-
-
-def _error_text(final: dict | None, stderr_tail: str) -> str:
-    """The text in which a Python-level limit error would show up.
-
-    For a final error that is its one-line summary and the traceback's last line (the
-    exception that ended the tool), not the whole traceback, whose quoted source lines could
-    mention any exception name.
-    """
-    if final is None:
-        return stderr_tail
-    if final.get("kind") != "error":
-        return ""
-    summary = final.get("error")
-    traceback = final.get("traceback")
-    lines = traceback.strip().splitlines() if isinstance(traceback, str) else []
-    return " ".join([summary if isinstance(summary, str) else "", lines[-1] if lines else ""])

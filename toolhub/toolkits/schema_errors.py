@@ -4,7 +4,7 @@ No Django here. `validate` runs `jsonschema` (Draft 2020-12) and files each erro
 top-level property it concerns, so a form can show it next to that field and the API can return
 it with `"field": name`. jsonschema's own messages quote the offending value (`'sk-...' is too
 long`), which would put secrets in pages, logs and API responses; the messages here are written
-from the schema's constraint instead. `toolhub.lib.schema_forms` re-exports `validate` and
+from the schema's constraint instead. `toolhub.toolkits.schema_forms` re-exports `validate` and
 `ALL_ERRORS`.
 
 The schema is untrusted (the toolkit author wrote it): an invalid schema or a reference to a
@@ -21,7 +21,7 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from referencing.exceptions import Unresolvable
 
-from toolhub.lib.secrets import secret_fields
+from toolhub.vault.secret_fields import secret_fields
 
 __all__ = ["ALL_ERRORS", "choice_key", "is_null_schema", "validate"]
 

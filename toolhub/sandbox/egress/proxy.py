@@ -18,7 +18,7 @@ What the proxy speaks:
 
 What it refuses (HTTP 403 with a body `ToolHub egress refused: <reason>`, the reason also in the
 status line, because clients report a refused CONNECT by its status line alone); the rules
-themselves are pure functions in `toolhub.lib.egress_rules`:
+themselves are pure functions in `toolhub.sandbox.egress.rules`:
 
 - names outside the toolkit's allowlist (`host_matches_allowlist` gives the pattern rules);
 - names that resolve to ANY address that is not a public internet address: loopback, private,
@@ -50,7 +50,19 @@ from dataclasses import dataclass, field
 from typing import Self
 from urllib.parse import urlsplit
 
-from .egress_rules import (
+from toolhub.sandbox.egress.http import (
+    BadRequest,
+    Head,
+    body_framing,
+    error_response,
+    parse_head,
+    parse_header_lines,
+    response_framing,
+    split_authority,
+    split_head,
+    strip_hop_by_hop,
+)
+from toolhub.sandbox.egress.rules import (
     EgressPolicy,
     address_refusal_reason,
     dial_address,
@@ -78,11 +90,6 @@ MAX_OPEN_CLIENTS = 100
 MAX_RECORDED_ATTEMPTS = 100
 _CHUNK = 64 * 1024
 
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_DIGITS = re.compile(r"[0-9]+")
-# Headers that describe one hop rather than the message. Transfer-Encoding is hop-by-hop too, but
-# bodies are relayed byte for byte, so the framing header has to travel with them.
-_HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "host"})
 
 
 class _Refused(Exception):
@@ -97,8 +104,6 @@ class _Failed(Exception):
         self.status = status
 
 
-class _BadRequest(Exception):
-    """A request the proxy cannot parse or will not interpret (HTTP 400)."""
 
 
 class _ByteLimitReached(Exception):
@@ -138,115 +143,24 @@ class _Upstream:
 # Parsing
 
 
-@dataclass
-class _Head:
-    method: str
-    target: str
-    version: str
-    headers: list[tuple[str, str]]
 
 
-def _split_head(raw: bytes) -> list[str]:
-    """Split a message head (ending in a blank line) into lines, refusing stray CR, LF and NUL.
-
-    A bare LF inside a value would be read as a line break by some servers, letting a client
-    add headers (or a second request) that this proxy never saw.
-    """
-    lines = raw.decode("latin-1").removesuffix("\r\n\r\n").split("\r\n")
-    if any(re.search(r"[\r\n\x00]", line) for line in lines):
-        raise _BadRequest("the message head contains a stray CR, LF or NUL")
-    return lines
 
 
-def _parse_head(raw: bytes) -> _Head:
-    lines = _split_head(raw)
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]):
-        raise _BadRequest("the request line is not 'METHOD target HTTP/1.1'")
-    method, target, version = parts
-    if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise _BadRequest(f"unsupported HTTP version {version[:20]!r}")
-    return _Head(method, target, version, _parse_header_lines(lines[1:]))
 
 
-def _parse_header_lines(lines: list[str]) -> list[tuple[str, str]]:
-    headers: list[tuple[str, str]] = []
-    for line in lines:
-        # Folded continuation lines and names with spaces are how request smuggling starts.
-        name, sep, value = line.partition(":")
-        if not sep or not _TOKEN.fullmatch(name):
-            raise _BadRequest("a header line is malformed")
-        headers.append((name, value.strip(" \t")))
-    return headers
 
 
-def _header_values(headers: list[tuple[str, str]], name: str) -> list[str]:
-    return [value for key, value in headers if key.lower() == name]
 
 
-def _strip_hop_by_hop(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    named = {token.strip().lower() for value in _header_values(headers, "connection") for token in value.split(",")}
-    return [
-        (key, value)
-        for key, value in headers
-        if key.lower() not in _HOP_BY_HOP
-        and key.lower() not in named - {"transfer-encoding", "content-length"}
-        and not key.lower().startswith("proxy-")
-    ]
 
 
-def _parse_port(text: str) -> int:
-    if not _DIGITS.fullmatch(text) or not 0 < int(text) < 65536:
-        raise _BadRequest(f"invalid port {text[:10]!r}")
-    return int(text)
 
 
-def _split_authority(authority: str) -> tuple[str, int]:
-    """Split the `host:port` of a CONNECT request; IPv6 literals come in brackets."""
-    if authority.startswith("["):
-        end = authority.find("]")
-        if end < 0 or authority[end + 1 : end + 2] != ":":
-            raise _BadRequest("CONNECT needs 'host:port'")
-        return authority[1:end], _parse_port(authority[end + 2 :])
-    host, sep, port = authority.rpartition(":")
-    if not sep or not host or ":" in host:
-        raise _BadRequest("CONNECT needs 'host:port'")
-    return host, _parse_port(port)
 
 
-def _body_framing(headers: list[tuple[str, str]]) -> tuple[str, int]:
-    """Return ("none"|"length"|"chunked", length) for a request body, refusing ambiguity."""
-    encodings = _header_values(headers, "transfer-encoding")
-    lengths = _header_values(headers, "content-length")
-    if encodings and lengths:
-        raise _BadRequest("a request must not have both Transfer-Encoding and Content-Length")
-    if encodings:
-        codings = [c.strip().lower() for value in encodings for c in value.split(",")]
-        if codings[-1] != "chunked":
-            raise _BadRequest("a request body with Transfer-Encoding must end with 'chunked'")
-        return "chunked", 0
-    if lengths:
-        if len(set(lengths)) != 1 or not _DIGITS.fullmatch(lengths[0]):
-            raise _BadRequest("Content-Length is invalid")
-        return "length", int(lengths[0])
-    return "none", 0
 
 
-def _error_response(status: int, message: str) -> bytes:
-    """An error answer whose reason phrase is the message itself.
-
-    Clients report a refused CONNECT by its status line alone ("Tunnel connection failed: 403
-    ToolHub egress refused: ..."), so the reason has to be there and not only in the body.
-    """
-    phrase = re.sub(r"[^\x20-\x7e]", "?", message)[:300]
-    body = (message + "\n").encode("utf-8", "replace")
-    head = (
-        f"HTTP/1.1 {status} {phrase}\r\n"
-        "Content-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    )
-    return head.encode("latin-1") + body
 
 
 # Defaults for the injectable parts
@@ -461,7 +375,7 @@ class EgressProxy:
             if len(self._tasks) > MAX_OPEN_CLIENTS:
                 self._record_attempt(self._refused, "", 0, f"more than {MAX_OPEN_CLIENTS} open connections")
                 writer.write(
-                    _error_response(
+                    error_response(
                         503,
                         f"ToolHub egress refused: more than {MAX_OPEN_CLIENTS} open connections",
                     )
@@ -487,27 +401,27 @@ class EgressProxy:
         try:
             raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_SECONDS)
         except asyncio.LimitOverrunError:
-            writer.write(_error_response(431, "ToolHub egress: the request head is too large"))
+            writer.write(error_response(431, "ToolHub egress: the request head is too large"))
             return
         except (TimeoutError, asyncio.IncompleteReadError):
             return
         host, port = "", 0
         try:
-            head = _parse_head(raw)
+            head = parse_head(raw)
             if head.method == "CONNECT":
-                host, port = _split_authority(head.target)
+                host, port = split_authority(head.target)
                 await self._tunnel(host, port, reader, writer)
             else:
                 host, port, request = self._forwardable_request(head)
                 await self._forward(host, port, head, request, reader, writer)
-        except _BadRequest as exc:
-            writer.write(_error_response(400, f"ToolHub egress: {exc}"))
+        except BadRequest as exc:
+            writer.write(error_response(400, f"ToolHub egress: {exc}"))
         except _Refused as exc:
             self._record_attempt(self._refused, host, port, str(exc))
-            writer.write(_error_response(403, f"ToolHub egress refused: {exc}"))
+            writer.write(error_response(403, f"ToolHub egress refused: {exc}"))
         except _Failed as exc:
             self._record_attempt(self._failed, host, port, str(exc))
-            writer.write(_error_response(exc.status, f"ToolHub egress failed: {exc}"))
+            writer.write(error_response(exc.status, f"ToolHub egress failed: {exc}"))
         with contextlib.suppress(ConnectionError):
             await writer.drain()
 
@@ -563,26 +477,26 @@ class EgressProxy:
             with contextlib.suppress(OSError):
                 sink.write_eof()
 
-    def _forwardable_request(self, head: _Head) -> tuple[str, int, bytes]:
+    def _forwardable_request(self, head: Head) -> tuple[str, int, bytes]:
         """Check an absolute-form request and build the head that is sent to the server."""
         if not head.target.lower().startswith("http://"):
             if head.target.lower().startswith("https://"):
-                raise _BadRequest("https:// URLs go through CONNECT (set HTTPS_PROXY)")
-            raise _BadRequest("this is a proxy: send absolute-form 'http://host/path' or CONNECT")
+                raise BadRequest("https:// URLs go through CONNECT (set HTTPS_PROXY)")
+            raise BadRequest("this is a proxy: send absolute-form 'http://host/path' or CONNECT")
         try:
             url = urlsplit(head.target)
             port = url.port or 80
         except ValueError as exc:
-            raise _BadRequest(f"invalid URL: {exc}") from None
+            raise BadRequest(f"invalid URL: {exc}") from None
         host = url.hostname or ""
         if not host or url.username is not None or url.password is not None or "@" in url.netloc:
-            raise _BadRequest("the URL needs a host and must not carry credentials")
+            raise BadRequest("the URL needs a host and must not carry credentials")
         path = (url.path or "/") + (f"?{url.query}" if url.query else "")
         authority = f"[{host}]" if ":" in host else host
         if port != 80:
             authority += f":{port}"
         lines = [f"{head.method} {path} {head.version}", f"Host: {authority}"]
-        lines += [f"{key}: {value}" for key, value in _strip_hop_by_hop(head.headers)]
+        lines += [f"{key}: {value}" for key, value in strip_hop_by_hop(head.headers)]
         lines.append("Connection: close")
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         return host, port, request
@@ -591,12 +505,12 @@ class EgressProxy:
         self,
         host: str,
         port: int,
-        head: _Head,
+        head: Head,
         request: bytes,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        framing, length = _body_framing(head.headers)
+        framing, length = body_framing(head.headers)
         upstream = await self._open_upstream(host, port)
         progress = _Progress(method=head.method)
         body: asyncio.Future[None] | None = None
@@ -621,7 +535,7 @@ class EgressProxy:
             )
         except _ClientGone:
             pass
-        except (OSError, _BadRequest, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        except (OSError, BadRequest, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             if not progress.sent_head:
                 raise _Failed(f"{upstream.record.host}:{port} did not send a valid HTTP response") from None
         finally:
@@ -661,7 +575,7 @@ class EgressProxy:
 
         while True:
             raw = await upstream.reader.readuntil(b"\r\n\r\n")
-            lines = _split_head(raw)
+            lines = split_head(raw)
             status = lines[0].split(" ", 2)
             if (
                 len(status) < 2
@@ -669,8 +583,8 @@ class EgressProxy:
                 or not re.fullmatch(r"[1-5][0-9][0-9]", status[1])
             ):
                 raise ConnectionError("not an HTTP/1 response")
-            received = _parse_header_lines(lines[1:])
-            headers = _strip_hop_by_hop(received)
+            received = parse_header_lines(lines[1:])
+            headers = strip_hop_by_hop(received)
             # Interim answers (100 Continue, 103 Early Hints) are passed on before the real one.
             interim = status[1].startswith("1") and status[1] != "101"
             out = [lines[0]] + [f"{k}: {v}" for k, v in headers]
@@ -680,7 +594,7 @@ class EgressProxy:
             if progress.method == "HEAD" or status[1] in ("204", "304"):
                 framing, length = "none", 0
             else:
-                framing, length = _response_framing(received)
+                framing, length = response_framing(received)
             out.append("Connection: close")
             await send(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
             progress.sent_head = True
@@ -727,20 +641,6 @@ async def _copy_body(
                 await send(data)
 
 
-def _response_framing(headers: list[tuple[str, str]]) -> tuple[str, int]:
-    """Return ("chunked"|"length"|"eof", length) for a response body (RFC 9112, 6.3)."""
-    encodings = _header_values(headers, "transfer-encoding")
-    lengths = _header_values(headers, "content-length")
-    if encodings and lengths:
-        raise ConnectionError("the response has both Transfer-Encoding and Content-Length")
-    if encodings:
-        codings = [c.strip().lower() for value in encodings for c in value.split(",")]
-        return ("chunked", 0) if codings[-1] == "chunked" else ("eof", 0)
-    if lengths:
-        if len(set(lengths)) != 1 or not _DIGITS.fullmatch(lengths[0]):
-            raise ConnectionError("the response has an invalid Content-Length")
-        return "length", int(lengths[0])
-    return "eof", 0
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The rules of network egress, as pure functions: allowlist patterns, addresses, the policy.
 
-Shared by the egress proxy (`toolhub.lib.egress`), which applies them to every connection, and
+Shared by the egress proxy (`toolhub.sandbox.egress.proxy`), which applies them to every connection, and
 by the code that records an admin's grant, which validates the allowlist before saving it.
 
 Allowlist patterns (`host_matches_allowlist`): `api.example.org` matches that name only;

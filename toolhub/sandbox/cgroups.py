@@ -1,4 +1,4 @@
-"""Per-run cgroup v1 directories for the sandbox launcher (toolhub.lib.sandbox): memory and
+"""Per-run cgroup v1 directories for the sandbox launcher (toolhub.sandbox.launcher): memory and
 pids limits of the run's own, its CPU time, and the kill that leaves nothing behind. Used only
 where the host lets the worker write its cgroups; elsewhere the launcher relies on rlimits."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from toolhub.lib.sandbox import Limits
+    from toolhub.sandbox.limits import Limits
 
 # The cgroup memory limit leaves this much room over the process and tmpfs budgets for
 # bubblewrap, page tables and kernel objects charged to the run.

@@ -59,7 +59,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from toolhub.lib.build_runner import (
+from toolhub.packages.build_runner import (
     BuildFailed,
     Log,
     Timeouts,

@@ -1,4 +1,4 @@
-"""Running pip-compile, uv and friends for toolhub.lib.environments.
+"""Running pip-compile, uv and friends for toolhub.packages.envbuild.
 
 `run_logged` runs one command in its own process group with an allowlisted environment
 (`tool_env`), hands each line of output to a `log` callback as it arrives, and kills the whole
