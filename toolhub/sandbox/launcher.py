@@ -68,11 +68,16 @@ What is enforced, and how
   minimal ``/dev``, and size-capped tmpfs mounts on ``/tmp`` and ``/dev/shm`` (``tmp_bytes``
   each). No ``/etc`` at all: CPython and pydantic start without it. ``/`` and ``/dev`` are then
   remounted read-only, as their tmpfs have no size cap.
+- System calls: a seccomp filter (``toolhub.sandbox.seccomp``, built with libseccomp) is
+  loaded by bubblewrap right before the command starts (``--seccomp``); what it refuses and why
+  is listed there and in the README. ``/proc/cmdline`` and the other host-describing files of
+  ``/proc`` (``_PROC_MASKED``) are covered by ``/dev/null``.
 - Environment: bwrap itself gets a two-variable environment, and the command ``--clearenv``
   plus PATH, LANG=C.UTF-8, HOME=/tmp, PYTHONDONTWRITEBYTECODE, PYTHONUNBUFFERED and
   MALLOC_ARENA_MAX=2 (fewer malloc arenas keep threaded code inside the address-space limit).
-- Descriptors: ``close_fds=True``; the only descriptors passed are the source's memfd and
-  bubblewrap's status pipe, which bubblewrap closes before the command starts.
+- Descriptors: ``close_fds=True``; the only descriptors passed are the source's memfd, the
+  seccomp program's memfd and bubblewrap's status pipe, which bubblewrap closes before the
+  command starts.
 - rlimits, set in the child after the uid switch and before exec: RLIMIT_CPU (soft = hard, as
   pid 1 ignores SIGXCPU: SIGKILL at ``cpu_seconds`` of CPU per process), RLIMIT_AS
   (``memory_bytes``; counts reserved address space, threads' stacks included, not tmpfs),
@@ -125,6 +130,7 @@ from pathlib import Path
 
 from toolhub.sandbox.cgroups import RunCgroups
 from toolhub.sandbox.limits import Limits, SandboxOutcome, SandboxUnavailable
+from toolhub.sandbox.seccomp import filter_program
 from toolhub.sandbox.session import Session, classify
 
 DEFAULT_SANDBOX_USER = "toolhub-sandbox"
@@ -161,6 +167,25 @@ _ISOLATION_ARGS = (
     "--die-with-parent",
     "--new-session",
     "--as-pid-1",
+)
+
+# Files of the sandbox's /proc that tell about the host rather than the sandbox: the kernel's
+# boot arguments, the keyrings' owners and keys, the kernel's symbols and configuration and the
+# scheduler's and timers' debug views (which list host tasks). Each existing one is covered by
+# /dev/null, which the sandbox can then not even open (its /proc forbids device files).
+_PROC_MASKED = tuple(
+    path
+    for path in (
+        "/proc/cmdline",
+        "/proc/bootconfig",
+        "/proc/keys",
+        "/proc/key-users",
+        "/proc/kallsyms",
+        "/proc/config.gz",
+        "/proc/sched_debug",
+        "/proc/timer_list",
+    )
+    if os.path.exists(path)
 )
 
 # Top-level directories that a merged-usr system keeps as symlinks into /usr, and that a
@@ -225,8 +250,9 @@ def check_sandbox(
     identity = _resolve_identity(bwrap=bwrap, sandbox_user=sandbox_user)
     if not probe:
         return
-    argv = [identity.bwrap, *_ISOLATION_ARGS, "--clearenv", *_usr_args(), "--proc", "/proc", "--dev", "/dev"]
-    argv += ["--", "/usr/bin/true"]
+    seccomp_fd = _seccomp_fd()
+    argv = [identity.bwrap, *_ISOLATION_ARGS, "--clearenv", *_usr_args(), *_proc_args(), "--dev", "/dev"]
+    argv += ["--seccomp", str(seccomp_fd), "--", "/usr/bin/true"]
     try:
         completed = subprocess.run(
             argv,
@@ -234,6 +260,7 @@ def check_sandbox(
             stdin=subprocess.DEVNULL,
             capture_output=True,
             close_fds=True,
+            pass_fds=(seccomp_fd,),
             env=_BWRAP_ENV,
             cwd="/",
             timeout=30,
@@ -241,6 +268,8 @@ def check_sandbox(
         )
     except (OSError, subprocess.SubprocessError) as exc:
         raise SandboxUnavailable(f"bubblewrap could not be started: {exc}") from exc
+    finally:
+        os.close(seccomp_fd)
     if completed.returncode != 0:
         message = completed.stderr.decode("utf-8", "replace").strip()
         raise SandboxUnavailable(
@@ -347,6 +376,26 @@ def _usr_args() -> list[str]:
     return args
 
 
+def _proc_args() -> list[str]:
+    args = ["--proc", "/proc"]
+    for path in _PROC_MASKED:
+        args += ["--ro-bind", "/dev/null", path]
+    return args
+
+
+def _seccomp_fd() -> int:
+    """A descriptor, at offset 0, holding the seccomp program; bubblewrap reads it whole."""
+    program = filter_program()
+    fd = os.memfd_create("toolhub-seccomp", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, program)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _interpreter_prefix(interpreter_env: Path) -> Path | None:
     """Return the base interpreter's prefix when it lives outside /usr and needs a bind."""
     try:
@@ -370,6 +419,7 @@ def _bwrap_argv(
     runtime_dir: Path,
     source_fd: int,
     status_fd: int,
+    seccomp_fd: int,
     limits: Limits,
     extra_binds: Sequence[tuple[Path, str]],
     argv: Sequence[str],
@@ -381,7 +431,7 @@ def _bwrap_argv(
     prefix = _interpreter_prefix(interpreter_env)
     if prefix is not None:
         args += ["--ro-bind", str(prefix), str(prefix)]
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += [*_proc_args(), "--dev", "/dev"]
     args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp", "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]
     args += ["--ro-bind", str(interpreter_env), SANDBOX_ENV_PATH, "--ro-bind", str(runtime_dir), SANDBOX_RUNTIME_PATH]
     args += ["--perms", "0444", "--ro-bind-data", str(source_fd), SANDBOX_SOURCE_PATH]
@@ -390,7 +440,7 @@ def _bwrap_argv(
     # The new root and /dev are tmpfs mounts without a size cap; once everything is mounted
     # they become read-only so the code cannot fill memory through them.
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
-    args += ["--json-status-fd", str(status_fd), "--", *argv]
+    args += ["--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd), "--", *argv]
     return args
 
 
@@ -457,12 +507,15 @@ def run_sandboxed(
         os.lseek(source_fd, 0, os.SEEK_SET)
         status_read, status_write = os.pipe2(os.O_CLOEXEC)
         fds += [status_read, status_write]
+        seccomp_fd = _seccomp_fd()
+        fds.append(seccomp_fd)
         command = _bwrap_argv(
             bwrap=identity.bwrap,
             interpreter_env=Path(interpreter_env),
             runtime_dir=Path(runtime_dir),
             source_fd=source_fd,
             status_fd=status_write,
+            seccomp_fd=seccomp_fd,
             limits=limits,
             extra_binds=extra_binds,
             argv=argv,
@@ -474,7 +527,7 @@ def run_sandboxed(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 close_fds=True,
-                pass_fds=(source_fd, status_write),
+                pass_fds=(source_fd, status_write, seccomp_fd),
                 env=_BWRAP_ENV,
                 cwd="/",
                 umask=0o077,
@@ -487,7 +540,7 @@ def run_sandboxed(
         except (OSError, subprocess.SubprocessError) as exc:
             raise SandboxUnavailable(f"bubblewrap could not be started: {exc}") from exc
         # Only bubblewrap may hold the write end: its end of file says bubblewrap is gone.
-        for fd in (status_write, source_fd):
+        for fd in (status_write, source_fd, seccomp_fd):
             fds.remove(fd)
             os.close(fd)
         cgroups.close_fds()
