@@ -3,7 +3,10 @@
 The parity table lists parameter schemas that Open WebUI's `get_tool_specs` produces for
 the same signatures (its `convert_function_to_pydantic_model`, then langchain's
 `convert_to_openai_function`: every `$ref` inlined, generated titles dropped except
-inside lists). The improvements table lists where ToolHub deliberately differs.
+inside lists; then its `clean_openai_tool_schema` over `properties` and `items`: a
+nullable single type loses its `anyOf`, `null` leaves any `anyOf`, `"default": null` is
+dropped, an untyped schema becomes a string). The improvements table lists where ToolHub
+deliberately differs.
 """
 
 from __future__ import annotations
@@ -179,9 +182,10 @@ PARITY = [
         },
     ),
     (
-        "def case(self, anything, other=5, whatever: Any = None): ...",
+        # Untyped is a string; a default of None is dropped.
+        "def case(self, anything, whatever: Any = None, nothing=None): ...",
         {
-            "properties": {"anything": {}, "other": {"default": 5}, "whatever": {"default": None}},
+            "properties": {"anything": {"type": "string"}, "whatever": {"type": "string"}, "nothing": {"type": "string"}},
             "required": ["anything"],
             "type": "object",
         },
@@ -192,7 +196,7 @@ PARITY = [
             "properties": {
                 "tags": {"items": {"type": "string"}, "type": "array"},
                 "ids": {"default": [], "items": {"type": "integer"}, "type": "array"},
-                "raw": {"default": None, "items": {}, "type": "array"},
+                "raw": {"items": {"type": "string"}, "type": "array"},
             },
             "required": ["tags"],
             "type": "object",
@@ -214,9 +218,9 @@ PARITY = [
         "def case(self, b: Optional[int], a: Optional[str] = None, c: str | None = None, d: Union[int, str] = 1): ...",
         {
             "properties": {
-                "b": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
-                "a": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
-                "c": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+                "b": {"type": "integer"},
+                "a": {"type": "string"},
+                "c": {"type": "string"},
                 "d": {"anyOf": [{"type": "integer"}, {"type": "string"}], "default": 1},
             },
             "required": ["b"],
@@ -273,24 +277,18 @@ PARITY = [
     ),
     (
         # Open WebUI's converter does not walk lists, so the members of an anyOf keep
-        # their titles.
+        # their titles, and keep them when the cleanup merges the only one left.
         "def case(self, point: Optional[Point] = None): ...",
         {
             "properties": {
                 "point": {
-                    "anyOf": [
-                        {
-                            "properties": {
-                                "x": {"title": "X", "type": "number"},
-                                "y": {"default": 0.0, "title": "Y", "type": "number"},
-                            },
-                            "required": ["x"],
-                            "title": "Point",
-                            "type": "object",
-                        },
-                        {"type": "null"},
-                    ],
-                    "default": None,
+                    "properties": {
+                        "x": {"title": "X", "type": "number"},
+                        "y": {"default": 0.0, "title": "Y", "type": "number"},
+                    },
+                    "required": ["x"],
+                    "title": "Point",
+                    "type": "object",
                 }
             },
             "type": "object",
@@ -327,6 +325,69 @@ PARITY = [
         {
             "properties": {
                 "limit": {"default": 5, "description": "At most this many", "minimum": 1, "type": "integer"}
+            },
+            "type": "object",
+        },
+    ),
+    (
+        # With a `:param` line, Open WebUI wraps the Field as the default of another one:
+        # the `:param` text, no default, none of the inner Field's keys, not required.
+        '''
+        def case(self, limit: int = Field(5, ge=1, description="inner"), q: str = Field(..., description="inner q")):
+            """Search.
+            :param limit: outer
+            :param q: the query
+            """
+        ''',
+        {
+            "properties": {
+                "limit": {"description": "outer", "type": "integer"},
+                "q": {"description": "the query", "type": "string"},
+            },
+            "type": "object",
+        },
+    ),
+    (
+        # `null` leaves an anyOf of several members too, and a None default goes.
+        "def case(self, a: Optional[Union[int, str]] = None, b: Union[int, str, None] = 2): ...",
+        {
+            "properties": {
+                "a": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+                "b": {"anyOf": [{"type": "integer"}, {"type": "string"}], "default": 2},
+            },
+            "type": "object",
+        },
+    ),
+    (
+        # The cleanup recurses into `items`, but not into `additionalProperties`.
+        "def case(self, x: Optional[int] = 3, y: Optional[List[Optional[int]]] = None,"
+        " d: Dict[str, Optional[int]] = {}): ...",
+        {
+            "properties": {
+                "x": {"default": 3, "type": "integer"},
+                "y": {"items": {"type": "integer"}, "type": "array"},
+                "d": {
+                    "additionalProperties": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                    "default": {},
+                    "type": "object",
+                },
+            },
+            "type": "object",
+        },
+    ),
+    (
+        # A Literal of mixed types has no type of its own: it becomes a string.
+        "def case(self, m: Literal[1, 'a'] = 1, t: tuple[int, str] = (1, 'a')): ...",
+        {
+            "properties": {
+                "m": {"default": 1, "enum": [1, "a"], "type": "string"},
+                "t": {
+                    "default": [1, "a"],
+                    "maxItems": 2,
+                    "minItems": 2,
+                    "prefixItems": [{"type": "integer"}, {"type": "string"}],
+                    "type": "array",
+                },
             },
             "type": "object",
         },
@@ -380,6 +441,20 @@ IMPROVEMENTS = [
             """
         ''',
         {"properties": {"q": {"description": "from reST", "type": "string"}}, "required": ["q"], "type": "object"},
+    ),
+    (
+        # Open WebUI calls an unannotated parameter a string whatever its default.
+        "def case(self, other=5, ratio=0.5, flag=False, name='x', nothing=None): ...",
+        {
+            "properties": {
+                "other": {"default": 5, "type": "integer"},
+                "ratio": {"default": 0.5, "type": "number"},
+                "flag": {"default": False, "type": "boolean"},
+                "name": {"default": "x", "type": "string"},
+                "nothing": {"type": "string"},
+            },
+            "type": "object",
+        },
     ),
     (
         # Open WebUI would list `args` and `kwargs` as required parameters of any type.
@@ -746,6 +821,31 @@ def test_a_caller_cannot_pass_injected_arguments(echo: str) -> None:
 
 def test_null_means_the_default_when_the_default_is_none(echo: str) -> None:
     assert run(invoke(echo, "optional", {"text": None})).final["result"] == "None"
+
+
+WRAPPED_FIELD = '''
+from pydantic import Field
+
+
+class Tools:
+    def search(self, limit: int = Field(5, ge=1), q: str = Field(..., min_length=2), n=2):
+        """Search.
+        :param limit: How many
+        :param q: The query
+        """
+        return f"{q}:{limit}:{n!r}"
+'''
+
+
+def test_a_wrapped_field_keeps_its_default_and_checks_in_a_call(tmp_path: Path) -> None:
+    # The schema says what Open WebUI says (parity table), but a call still gets the
+    # inner Field's default and constraints, and an untyped default's type coerces.
+    path = write_toolkit(tmp_path, WRAPPED_FIELD)
+    assert run(invoke(path, "search", {"q": "ab", "n": "7"})).final["result"] == "ab:5:7"
+    assert run(invoke(path, "search", {"q": "ab", "limit": 0})).final["error"].startswith(
+        "InvalidArguments: limit: Input should be greater than or equal to 1"
+    )
+    assert run(invoke(path, "search", {})).final["error"] == "InvalidArguments: q: Field required"
 
 
 def test_an_unknown_tool_is_an_error(echo: str) -> None:

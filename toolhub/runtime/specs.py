@@ -2,10 +2,14 @@
 
 The `parameters` schema must equal what Open WebUI stores for the same file. Open WebUI
 builds a pydantic model from each method (type hints, defaults, reST `:param` lines),
-takes its JSON schema, inlines every `$ref`, and drops the generated titles. That
-pipeline is rebuilt here step by step, with two deliberate additions (see DESIGN.md):
-Google-style `Args:` descriptions, and `Annotated[..., Field(...)]` metadata, which Open
-WebUI loses because it reads type hints without their extras.
+takes its JSON schema, inlines every `$ref`, drops the generated titles, and then
+tidies every property (`_open_webui_cleanup`: a nullable single type loses its `anyOf`,
+`"default": null` goes, an untyped schema becomes a string). That pipeline is rebuilt here
+step by step, with three deliberate additions: Google-style `Args:` descriptions and
+`Annotated[..., Field(...)]` metadata (see DESIGN.md; Open WebUI loses the latter because
+it reads type hints without their extras), and an unannotated parameter whose default is a
+`str`, `int`, `float` or `bool` takes its type from that default (Open WebUI calls it a
+string whatever the default is).
 
 The same pydantic model validates the arguments of a call, so that what the form and the
 LLM are told is exactly what the tool accepts.
@@ -78,36 +82,58 @@ def describe(docstring: str | None) -> str:
 
 
 def parameters_schema(function: Callable[..., Any]) -> dict[str, Any]:
-    model, _ = arguments_model(function)
+    model, _ = arguments_model(function, for_schema=True)
     schema = model.model_json_schema()
     schema = _inline_refs(schema, schema.pop("$defs", {}), frozenset())
     schema.pop("title", None)
     schema.pop("description", None)
-    return _drop_titles(schema)
+    schema = _drop_titles(schema)
+    _open_webui_cleanup(schema)
+    return schema
 
 
-def arguments_model(function: Callable[..., Any]) -> tuple[type[BaseModel], dict[str, str]]:
+# Unannotated parameters with a default of one of these types are typed by it.
+_TYPED_BY_DEFAULT = (bool, int, float, str)
+
+
+def arguments_model(
+    function: Callable[..., Any], *, for_schema: bool = False
+) -> tuple[type[BaseModel], dict[str, str]]:
     """A pydantic model of the parameters a caller may pass, and field name → parameter.
 
     Fields get neutral names and the parameter name as alias: pydantic refuses fields
     named like its own attributes (`model_config`), and the schema and validation errors
     use the alias anyway. Parameters with a leading underscore are left out: dunder
     names are injected by the runtime, and pydantic ignores the others in Open WebUI.
+
+    `param: T = Field(...)` with a reST `:param` line is where the schema and the
+    validation part: Open WebUI wraps that `FieldInfo` as the default of a new
+    `Field(description=...)`, so its schema has the `:param` text, no default, no
+    constraints of the inner `Field`, and the parameter is not required. With
+    `for_schema` the model says exactly that; otherwise a call still gets the inner
+    `Field`'s default and checks.
     """
     hints = typing.get_type_hints(function, include_extras=True)
     docs = param_docs(function.__doc__)
+    rest_docs = rest_param_docs(function.__doc__)
     fields: dict[str, Any] = {}
     names: dict[str, str] = {}
     for index, (name, param) in enumerate(inspect.signature(function).parameters.items()):
         if name.startswith("_") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         hint = hints.get(name, Any)
+        if name not in hints and type(param.default) in _TYPED_BY_DEFAULT:
+            hint = type(param.default)
         field: dict[str, Any] = {"alias": name}
         if name in docs:
             field["description"] = docs[name]
         if isinstance(param.default, FieldInfo):
-            # `x: int = Field(3, description=...)` works in Open WebUI; keep its metadata.
-            hint = Annotated[hint, param.default]
+            if for_schema and name in rest_docs:
+                # Open WebUI's wrapped FieldInfo: a default that is no JSON, so none.
+                field["default"] = None
+            else:
+                # `x: int = Field(3, description=...)` works in Open WebUI; keep its metadata.
+                hint = Annotated[hint, param.default]
         elif param.default is not param.empty:
             field["default"] = param.default
         fields[f"p{index}"] = (hint, Field(**field))
@@ -120,11 +146,18 @@ def param_docs(docstring: str | None) -> dict[str, str]:
     if not docstring:
         return {}
     docs = _google_args(docstring)
-    for line in docstring.splitlines():
+    docs.update(rest_param_docs(docstring))
+    return {name: text for name, text in docs.items() if not name.startswith("__")}
+
+
+def rest_param_docs(docstring: str | None) -> dict[str, str]:
+    """The reST `:param x: text` lines, as Open WebUI reads them (the last one wins)."""
+    docs: dict[str, str] = {}
+    for line in (docstring or "").splitlines():
         match = _REST_PARAM.match(line.strip())
         if match:
             docs[match.group(1)] = match.group(2)
-    return {name: text for name, text in docs.items() if not name.startswith("__")}
+    return docs
 
 
 def _google_args(docstring: str) -> dict[str, str]:
@@ -188,3 +221,34 @@ def _drop_titles(node: dict[str, Any], parent_key: str = "") -> dict[str, Any]:
             continue
         result[key] = _drop_titles(value, key) if isinstance(value, dict) else value
     return result
+
+
+def _open_webui_cleanup(schema: Any) -> None:
+    """Open WebUI's last step over a parameters schema, in place.
+
+    It visits the schema itself, then each value under `properties` and the schema under
+    `items`, at any depth, and nothing else (not `anyOf` members, `additionalProperties`
+    or `prefixItems`). At each: `{"type": "null"}` members leave an `anyOf`, and when one
+    member is left it is merged into the schema (its keys win) and the `anyOf` goes; a
+    `"default": null` is removed; and a schema that still has no `type`, `anyOf` or
+    `properties` becomes `"type": "string"`.
+    """
+    if not isinstance(schema, dict):
+        return
+    members = schema.get("anyOf")
+    if isinstance(members, list):
+        kept = [m for m in members if not (isinstance(m, dict) and m.get("type") == "null")]
+        if len(kept) == 1 and isinstance(kept[0], dict):
+            schema.update(kept[0])
+            del schema["anyOf"]  # after the merge, as in Open WebUI: a nested anyOf goes too
+        else:
+            schema["anyOf"] = kept
+    if "default" in schema and schema["default"] is None:
+        del schema["default"]
+    if not {"type", "anyOf", "properties"} & schema.keys():
+        schema["type"] = "string"
+    properties = schema.get("properties")
+    if isinstance(properties, dict):
+        for value in properties.values():
+            _open_webui_cleanup(value)
+    _open_webui_cleanup(schema.get("items"))
