@@ -19,9 +19,10 @@ import pytest
 
 # The fixture modules' own asserts get pytest's messages too; registered before anything
 # imports them.
-pytest.register_assert_rewrite("tests.env_fixtures", "tests.sandbox_fixtures", "tests.egress_fixtures")
+pytest.register_assert_rewrite("tests.env_fixtures", "tests.sandbox_fixtures", "tests.egress_fixtures", "tests.model_server")
 
 from tests.env_fixtures import demo_index, slow_gate  # noqa: E402,F401
+from tests.model_server import model_server  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
 

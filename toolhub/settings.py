@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "toolhub.toolkits",
     "toolhub.packages",
     "toolhub.runs",
+    "toolhub.agents",
     "toolhub.api",
 ]
 

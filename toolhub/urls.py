@@ -4,6 +4,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from toolhub.accounts import views as accounts
+from toolhub.agents import views as agents
 from toolhub.api.api import api
 from toolhub.packages import views as packages
 from toolhub.runs import views as runs
@@ -43,6 +44,11 @@ urlpatterns = [
     path("history/", runs.invocation_history, name="invocation_history"),
     path("packages/", packages.package_queue, name="package_queue"),
     path("packages/decide/", packages.package_decide, name="package_decide"),
+    path("models/", agents.connection_list, name="model_connection_list"),
+    path("models/new/", agents.connection_new, name="model_connection_new"),
+    path("models/<int:pk>/", agents.connection_edit, name="model_connection_edit"),
+    path("models/<int:pk>/test/", agents.connection_test, name="model_connection_test"),
+    path("models/<int:pk>/delete/", agents.connection_delete, name="model_connection_delete"),
     path("api/v1/", api.urls),
     path("admin/", admin.site.urls),
     path("toolkits/<slug:slug>/translations/", toolkit_i18n.toolkit_translations, name="toolkit_translations"),

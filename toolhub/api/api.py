@@ -16,9 +16,11 @@ from ninja import NinjaAPI, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
+from toolhub.agents import services as agent_services
+from toolhub.agents.models import ModelConnection
 from toolhub.api import schemas as s
 from toolhub.api.auth import BrowserSession, TokenAuth
-from toolhub.api.serializers import invocation_out, package_out, toolkit_out, toolkit_summary
+from toolhub.api.serializers import invocation_out, model_connection_out, package_out, toolkit_out, toolkit_summary
 from toolhub.packages import services as package_services
 from toolhub.packages.models import Approval, Package
 from toolhub.runs import services as run_services
@@ -354,6 +356,47 @@ def respond(request, invocation_id: str, payload: s.RespondIn):
         raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None
     invocation.refresh_from_db()
     return invocation_out(invocation, with_events=True)
+
+
+# MODEL CONNECTIONS (admins)
+# ------------------------------------------------------------------------------
+
+
+def _connection_errors(exc: agent_services.ConnectionInvalid) -> ApiError:
+    return ApiError(400, [{"message": m, "field": f, "line": None} for f, m in exc.errors])
+
+
+@api.get("/model-connections", response={200: s.ModelConnectionList, **ERRORS}, tags=["agents"])
+def list_model_connections(request):
+    _admin(request)
+    connections = ModelConnection.objects.prefetch_related("groups").order_by("name")
+    return {"items": [model_connection_out(c) for c in connections]}
+
+
+@api.post("/model-connections", response={201: s.ModelConnectionOut, **ERRORS}, tags=["agents"])
+def create_model_connection(request, payload: s.ModelConnectionIn):
+    _admin(request)
+    data = agent_services.ConnectionInput(
+        name=payload.name, base_url=payload.base_url, models=payload.models, timeout_seconds=payload.timeout_seconds,
+        use=payload.use, groups=payload.groups, api_key=payload.api_key, headers=payload.headers,
+    )
+    try:
+        connection = agent_services.connection_create(data=data, by=request.user)
+    except agent_services.ConnectionInvalid as exc:
+        raise _connection_errors(exc) from None
+    return Status(201, model_connection_out(connection))
+
+
+@api.post("/model-connections/{connection_id}/test", response={200: s.ModelListOut, **ERRORS}, tags=["agents"])
+def test_model_connection(request, connection_id: int):
+    _admin(request)
+    connection = ModelConnection.objects.filter(pk=connection_id).first()
+    if connection is None:
+        raise Http404
+    try:
+        return {"models": agent_services.connection_list_models(connection=connection)}
+    except agent_services.ModelError as exc:
+        raise _error(503, str(exc)) from None
 
 
 __all__ = ["api", "MASK"]

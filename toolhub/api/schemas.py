@@ -140,3 +140,35 @@ class InvocationOut(Schema):
 class QueuedOut(Schema):
     id: str
     status: str
+
+
+class ModelConnectionIn(Schema):
+    name: str = Field(max_length=200)
+    base_url: str = Field(max_length=1000)
+    api_key: str = Field(default="", max_length=4096)
+    models: list[str] = Field(default_factory=list, max_length=100)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=20)
+    timeout_seconds: float = 60.0
+    use: str = "everyone"
+    groups: list[str] = Field(default_factory=list, max_length=100)
+
+
+class ModelConnectionOut(Schema):
+    id: int
+    name: str
+    base_url: str
+    models: list[str]
+    header_names: list[str]
+    timeout_seconds: float
+    use: str
+    groups: list[str]
+    api_key_set: bool
+    created_at: str
+
+
+class ModelConnectionList(Schema):
+    items: list[ModelConnectionOut]
+
+
+class ModelListOut(Schema):
+    models: list[str]

@@ -113,3 +113,19 @@ def invocation_out(invocation: Invocation, *, with_events: bool = True) -> dict:
         "pending_call": invocation.pending_call,
         "egress": invocation.egress,
     }
+
+
+def model_connection_out(connection) -> dict:
+    """A model connection; the key and the headers' values are never part of it."""
+    return {
+        "id": connection.pk,
+        "name": connection.name,
+        "base_url": connection.base_url,
+        "models": list(connection.offered_models),
+        "header_names": list(connection.header_names),
+        "timeout_seconds": connection.timeout_seconds,
+        "use": connection.use,
+        "groups": sorted(g.name for g in connection.groups.all()),
+        "api_key_set": connection.api_key_set,
+        "created_at": _iso(connection.created_at),
+    }

@@ -1,0 +1,80 @@
+"""Model connections: the OpenAI-compatible endpoints (Ollama, vLLM, LM Studio, llama.cpp's
+server, OpenAI, OpenRouter) that agent runs call from the worker. Admins keep them; the API key
+and the extra headers' values are stored encrypted with the valves' vault and never shown back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.db import models
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from toolhub.accounts.roles import is_admin
+from toolhub.toolkits.valves import vault
+
+
+class Use(models.TextChoices):
+    EVERYONE = "everyone", _("Everyone")
+    GROUPS = "groups", _("Members of the chosen groups")
+    ADMINS = "admins", _("Admins only")
+
+
+class ModelConnection(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    base_url = models.CharField(max_length=500)
+    # Fernet tokens (toolhub.vault): the API key as a JSON string, the extra headers as a JSON
+    # object. Empty when there is none.
+    api_key_ciphertext = models.TextField(blank=True)
+    headers_ciphertext = models.TextField(blank=True)
+    # The header names in clear, so pages can list them without decrypting anything.
+    header_names = models.JSONField(default=list, blank=True)
+    # The model names offered to people who start runs ("models" in the API).
+    offered_models = models.JSONField(default=list, blank=True)
+    timeout_seconds = models.FloatField(default=60.0)
+    use = models.CharField(max_length=16, choices=Use.choices, default=Use.EVERYONE)
+    groups = models.ManyToManyField(Group, blank=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("model_connection_edit", args=[self.pk])
+
+    @property
+    def api_key_set(self) -> bool:
+        return bool(self.api_key_ciphertext)
+
+    def api_key(self) -> str:
+        return vault().decrypt_json(self.api_key_ciphertext) if self.api_key_ciphertext else ""
+
+    def extra_headers(self) -> dict[str, str]:
+        return vault().decrypt_json(self.headers_ciphertext) if self.headers_ciphertext else {}
+
+    def set_secrets(self, *, api_key: str, headers: dict[str, Any]) -> None:
+        self.api_key_ciphertext = vault().encrypt_json(api_key) if api_key else ""
+        self.headers_ciphertext = vault().encrypt_json(headers) if headers else ""
+        self.header_names = list(headers)
+
+    def usable_by(self, user) -> bool:
+        """Whether `user` may run agents on this connection. With `use=groups` the caller must
+        prefetch `groups` or pay one query; admins may always use every connection."""
+        if not (user.is_authenticated and user.is_active):
+            return False
+        if is_admin(user) or self.use == Use.EVERYONE:
+            return True
+        if self.use == Use.GROUPS:
+            mine = set(user.groups.values_list("pk", flat=True))
+            return any(group.pk in mine for group in self.groups.all())
+        return False
