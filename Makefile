@@ -38,8 +38,8 @@ system-test:
 	@./scripts/system-setup test
 
 data:
-	@mkdir -p -m 0755 $(DATA)
-	@chmod 0755 $(DATA)
+	@mkdir -p -m 0711 $(DATA)
+	@chmod 0711 $(DATA)
 	@test -f $(DATA)/toolhub.env || $(PY) scripts/make_env.py $(DATA)/toolhub.env
 
 # The runtime's locked requirements and the demo's `humanize`, for offline builds in tests.
@@ -56,9 +56,9 @@ run: deps system data
 	$(PY) manage.py load_demo
 	@echo "ToolHub: http://127.0.0.1:$(PORT)/  (log in as admin; Ctrl-C stops the web server and the worker)"
 	@trap 'kill 0' INT TERM EXIT; \
-	  DEBUG=$${DEBUG:-true} $(VENV)/bin/celery -A toolhub worker -B -Q builds,sandbox,celery -c 2 -l info \
+	  $(VENV)/bin/celery -A toolhub worker -B -Q builds,sandbox,celery -c 2 -l info \
 	    --schedule $(DATA)/celerybeat-schedule & \
-	  DEBUG=$${DEBUG:-true} $(VENV)/bin/gunicorn toolhub.wsgi -b 127.0.0.1:$(PORT) -w 2 --threads 4 \
+	  $(VENV)/bin/gunicorn toolhub.wsgi -b 127.0.0.1:$(PORT) -w 2 --threads 4 \
 	    --timeout 60 --access-logfile - & \
 	  wait
 

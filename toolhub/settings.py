@@ -18,9 +18,18 @@ env = environ.Env()
 # DATA DIRECTORY
 # ------------------------------------------------------------------------------
 # Everything ToolHub writes (SQLite file, environments, runtime copy, embedded broker
-# queue, wheelhouse) lives here. The sandbox user must be able to traverse it.
+# queue, wheelhouse) lives here. The sandbox user must be able to traverse it (o+x), but
+# not list it.
+#
+# Every file and directory ToolHub creates is private to the account it runs as (umask 077):
+# the SQLite database and its WAL, the broker, the settings file, caches. The few things the
+# sandbox user must read (environments, the runtime copy) are made readable explicitly where
+# they are built (toolhub.packages.envbuild, toolhub.sandbox.launcher).
+os.umask(0o077)
 DATA_DIR = Path(env.str("TOOLHUB_DATA_DIR", default=str(BASE_DIR / ".data"))).resolve()
-os.makedirs(DATA_DIR, mode=0o755, exist_ok=True)
+if not DATA_DIR.is_dir():
+    os.makedirs(DATA_DIR, exist_ok=True)
+    os.chmod(DATA_DIR, 0o711)
 
 _env_file = Path(env.str("TOOLHUB_ENV_FILE", default=str(DATA_DIR / "toolhub.env")))
 if _env_file.is_file():
@@ -110,6 +119,13 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # One per test process, so parallel runs on one machine do not share it.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # SQLite gives its -wal and -shm files the database file's mode; a database created
+    # before ToolHub set its umask (0644) is made private here, with whatever journal it has.
+    for _suffix in ("", "-wal", "-shm", "-journal"):
+        _path = Path(str(DATABASES["default"]["NAME"]) + _suffix)
+        if _path.is_file() and _path.stat().st_mode & 0o077:
+            os.chmod(_path, 0o600)
 
 # AUTH
 # ------------------------------------------------------------------------------
@@ -171,6 +187,8 @@ else:
     _broker_dir = DATA_DIR / "broker"
     for _folder in ("queue", "processed", "control"):
         os.makedirs(_broker_dir / _folder, exist_ok=True)
+    # Messages carry invocation arguments: private, also when made before the umask.
+    os.chmod(_broker_dir, 0o700)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),

@@ -21,5 +21,5 @@ os.environ["DJANGO_SETTINGS_MODULE"] = "toolhub.settings_test"
 from toolhub.settings import *  # noqa: E402,F403
 from toolhub.settings import DATA_DIR  # noqa: E402
 
-os.chmod(DATA_DIR, 0o755)
+os.chmod(DATA_DIR, 0o711)
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -4,9 +4,10 @@ from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Count, Prefetch
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
@@ -130,7 +131,7 @@ def toolkit_environment_live(request: HttpRequest, slug: str) -> HttpResponse:
 def toolkit_retry(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
-        return HttpResponseForbidden(_("Only the toolkit's owner and admins may retry a build."))
+        raise PermissionDenied(_("Only the toolkit's owner and admins may retry a build."))
     latest = toolkit.latest_revision()
     retryable = (Status.FAILED, Status.REJECTED, Status.AWAITING_APPROVAL)
     with transaction.atomic():

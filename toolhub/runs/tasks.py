@@ -15,6 +15,7 @@ from toolhub.packages.environments import ensure_revision_environment
 from toolhub.runs import sandbox
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.sandbox import launcher as sandboxlib
+from toolhub.toolkits.introspection_checks import IntrospectionRefused, check_introspection
 from toolhub.toolkits.models import Revision, Status
 from toolhub.toolkits.services import revision_became_ready
 from toolhub.toolkits.valves import load_values, schema_secrets
@@ -50,6 +51,11 @@ def introspect_revision(revision_id: int) -> None:
     if final.get("kind") != "introspection":
         error = final.get("error") or _outcome_reason(outcome) or "the toolkit could not be loaded"
         _fail(revision, f"Loading the toolkit failed: {error}", traceback=final.get("traceback", outcome.stderr_tail))
+        return
+    try:
+        check_introspection(final, kind=revision.kind, tool_names=list(revision.tool_names))
+    except IntrospectionRefused as exc:
+        _fail(revision, f"The toolkit's introspection was refused: {exc}.")
         return
     revision.tools = final.get("tools") or []
     revision.valves_schema = final.get("valves_schema")

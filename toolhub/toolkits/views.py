@@ -4,8 +4,9 @@ from urllib.parse import urlsplit
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -94,7 +95,7 @@ def toolkit_list(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def toolkit_new(request: HttpRequest) -> HttpResponse:
     if not can_upload(request.user):
-        return HttpResponseForbidden(_("You may not upload toolkits."))
+        raise PermissionDenied(_("You may not upload toolkits."))
     slug = request.POST.get("slug", "").strip()
     ctx: dict = {"slug": slug}
     if request.method == "POST":
@@ -197,7 +198,7 @@ def toolkit_diff(request: HttpRequest, slug: str) -> HttpResponse:
 def toolkit_upload(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
-        return HttpResponseForbidden(_("Only the toolkit's owner and admins may upload revisions."))
+        raise PermissionDenied(_("Only the toolkit's owner and admins may upload revisions."))
     ctx = _detail_context(request, toolkit, "revisions")
     if request.method == "POST":
 
@@ -221,7 +222,7 @@ def toolkit_upload(request: HttpRequest, slug: str) -> HttpResponse:
 def toolkit_rollback(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
-        return HttpResponseForbidden(_("Only the toolkit's owner and admins may roll back."))
+        raise PermissionDenied(_("Only the toolkit's owner and admins may roll back."))
     try:
         revision = services.toolkit_rollback(toolkit=toolkit, number=_int(request.POST.get("revision")))
     except ToolkitSourceInvalid as exc:
@@ -236,7 +237,7 @@ def toolkit_rollback(request: HttpRequest, slug: str) -> HttpResponse:
 def toolkit_delete(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
-        return HttpResponseForbidden(_("Only the toolkit's owner and admins may delete it."))
+        raise PermissionDenied(_("Only the toolkit's owner and admins may delete it."))
     if request.method == "POST":
         if request.POST.get("confirm") != toolkit.slug:
             messages.error(request, _("Type the toolkit's slug to confirm."))
