@@ -25,6 +25,10 @@ def toolkit_list(*, user, query: str = "", with_translations: bool = False) -> Q
     return qs.order_by("title", "slug")
 
 
+def owns_a_toolkit(*, user) -> bool:
+    return user.is_authenticated and Toolkit.objects.filter(owner=user).exists()
+
+
 def get_toolkit_for_user(*, user, slug: str) -> Toolkit:
     """The one way pages and endpoints fetch a toolkit. Every signed-in user may see every
     toolkit; what they may change is decided by toolhub.accounts.roles."""

@@ -6,16 +6,17 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
 from toolhub.toolkits import selectors, services
 from toolhub.toolkits.highlight import highlight_python
 from toolhub.toolkits.models import Toolkit
-from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, SourceError, ToolkitSourceInvalid
+from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, SourceError, ToolkitSourceInvalid, parse_toolkit_source
 
 PAGE_SIZE = 20
 
@@ -31,7 +32,14 @@ def _read_upload(request: HttpRequest) -> tuple[bytes | str | None, str | None]:
             raise ToolkitSourceInvalid([_too_large(upload.size)])
         return upload.read(), upload.name
     pasted = request.POST.get("source", "")
-    return (pasted if pasted.strip() else None), None
+    return (pasted if pasted.strip() else None), _editor_filename(request.POST.get("filename", ""))
+
+
+def _editor_filename(value: str) -> str | None:
+    """The name of a file the editor read in place of uploading it (the slug may come from
+    its stem); only the last path component, and only a plausible Python file name."""
+    name = value.replace("\\", "/").rsplit("/", 1)[-1].strip()[:255]
+    return name if name.endswith(".py") else None
 
 
 def _too_large(size: int) -> SourceError:
@@ -77,9 +85,29 @@ def _check_upload(request: HttpRequest, ctx: dict, submit) -> HttpResponse | Non
     except ToolkitSourceInvalid as exc:
         ctx["errors"] = exc.errors
         ctx["listing"] = _source_with_errors(source, exc.errors)
-        if isinstance(source, str):
-            ctx["pasted"] = source
+        # The text stays in the editor, also when it came as a file, so it can be fixed in
+        # place instead of being chosen again.
+        text = _as_text(source)
+        if text is not None:
+            ctx["pasted"] = text
+            ctx["filename"] = filename or ""
+        ctx["editor_errors"] = _diagnostics(exc.errors)
         return None
+
+
+def _as_text(source: bytes | str) -> str | None:
+    if isinstance(source, str):
+        return source
+    try:
+        text = source.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if "\x00" in text else text.removeprefix("\ufeff")
+
+
+def _diagnostics(errors: list[SourceError]) -> list[dict]:
+    """Errors as the editor marks them in its gutter."""
+    return [{"line": e.line, "column": e.column, "message": e.message, "code": e.code} for e in errors]
 
 
 @login_required
@@ -193,13 +221,13 @@ def toolkit_diff(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "toolkits/diff.html", ctx)
 
 
-@login_required
-@require_http_methods(["GET", "POST"])
-def toolkit_upload(request: HttpRequest, slug: str) -> HttpResponse:
+def _revision_form(request: HttpRequest, slug: str, *, template: str, tab: str, prefill: bool) -> HttpResponse:
+    """Upload (a file or pasted text) or edit (the latest revision's text in the editor): both
+    add a revision when the source passes the checks."""
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
         raise PermissionDenied(_("Only the toolkit's owner and admins may upload revisions."))
-    ctx = _detail_context(request, toolkit, "revisions")
+    ctx = _detail_context(request, toolkit, tab)
     if request.method == "POST":
 
         def submit(*, source, filename) -> HttpResponse:
@@ -214,7 +242,41 @@ def toolkit_upload(request: HttpRequest, slug: str) -> HttpResponse:
         response = _check_upload(request, ctx, submit)
         if response is not None:
             return response
-    return render(request, "toolkits/upload.html", ctx)
+    elif prefill and ctx["latest"] is not None:
+        ctx["pasted"] = ctx["latest"].source
+    return render(request, template, ctx)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def toolkit_upload(request: HttpRequest, slug: str) -> HttpResponse:
+    return _revision_form(request, slug, template="toolkits/upload.html", tab="revisions", prefill=False)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def toolkit_edit(request: HttpRequest, slug: str) -> HttpResponse:
+    return _revision_form(request, slug, template="toolkits/edit.html", tab="edit", prefill=True)
+
+
+@login_required
+@require_POST
+def source_check(request: HttpRequest) -> JsonResponse:
+    """The editor's on-demand check: the same static checks as an upload, nothing stored.
+    Answers 200 with `{"ok", "errors": [{line, column, message, code}], "tools"}`."""
+    if not (can_upload(request.user) or selectors.owns_a_toolkit(user=request.user)):
+        return JsonResponse({"detail": _("You may not upload toolkits.")}, status=403)
+    try:
+        source, filename = _read_upload(request)
+        if source is None:
+            raise ToolkitSourceInvalid([SourceError(message=_("Choose a file or paste the source of a toolkit."))])
+        parsed = parse_toolkit_source(source, filename=filename)
+    except ToolkitSourceInvalid as exc:
+        n = len(exc.errors)
+        summary = ngettext("%(n)s problem; see the marked lines.", "%(n)s problems; see the marked lines.", n) % {"n": n}
+        return JsonResponse({"ok": False, "summary": summary, "errors": _diagnostics(exc.errors), "tools": []})
+    summary = _("No problems found.")
+    return JsonResponse({"ok": True, "summary": summary, "errors": [], "tools": parsed.tool_names})
 
 
 @login_required
@@ -246,12 +308,3 @@ def toolkit_delete(request: HttpRequest, slug: str) -> HttpResponse:
         messages.success(request, _("Toolkit %(slug)s deleted.") % {"slug": slug})
         return redirect("toolkit_list")
     return render(request, "toolkits/delete.html", _detail_context(request, toolkit, "overview"))
-
-
-@require_GET
-def highlight_css(request: HttpRequest) -> HttpResponse:
-    from toolhub.toolkits.highlight import stylesheet
-
-    response = HttpResponse(stylesheet(), content_type="text/css")
-    response["Cache-Control"] = "max-age=86400"
-    return response
