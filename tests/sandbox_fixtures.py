@@ -10,7 +10,8 @@ turns the skip into a failure so that a CI machine without bubblewrap cannot pas
   when there is one (`$TOOLHUB_WHEELHOUSE`, `$TOOLHUB_DATA_DIR/wheelhouse`, `.data/wheelhouse`).
 - `sandbox_data_dir`: a 0755 data directory under /tmp for the session.
 - `sandbox_runtime`: the real runtime (toolhub/runtime) copied there by `ensure_runtime_copy`.
-- `sandbox_processes()`: the processes the sandbox user owns right now.
+- `sandbox_processes()`: the processes the sandbox users (the shared one and the uid pool's)
+  own right now.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from pathlib import Path
 import pytest
 
 from toolhub.sandbox import launcher as sandbox
+from toolhub.sandbox import uids
 
 REPO = Path(__file__).resolve().parent.parent
 SANDBOX_USER = sandbox.DEFAULT_SANDBOX_USER
+POOL_PREFIX = uids.DEFAULT_PREFIX
 INTERPRETER = Path("/usr/bin/python3.11")
 UV = REPO / ".venv" / "bin" / "uv"
 
@@ -61,15 +64,30 @@ def require_sandbox() -> None:
     pytest.skip(reason)
 
 
+def sandbox_user_names() -> list[str]:
+    """The shared sandbox user and every user of the uid pool that exists on this machine."""
+    names = [SANDBOX_USER]
+    names += sorted(entry.pw_name for entry in pwd.getpwall() if entry.pw_name.startswith(POOL_PREFIX))
+    return [name for name in names if _exists(name)]
+
+
+def _exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def sandbox_processes() -> list[str]:
-    """`ps` lines of the processes the sandbox user owns in this process's cgroup subtree.
+    """`ps` lines of the processes the sandbox users own in this process's cgroup subtree.
 
     On a CI machine that subtree is the whole machine. On a shared development machine the
     cgroup keeps out the sandboxes that other test sessions run at the same moment, while
     anything started by this session (which inherits its cgroup) is still seen.
     """
     result = subprocess.run(
-        ["ps", "-u", SANDBOX_USER, "-o", "pid=,stat=,args="],
+        ["ps", "-u", ",".join(sandbox_user_names()) or SANDBOX_USER, "-o", "pid=,stat=,args="],
         capture_output=True,
         text=True,
         check=False,

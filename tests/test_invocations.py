@@ -9,6 +9,8 @@ tests (`worker`) go through the API to a real Celery worker process, and kill it
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import subprocess
 import threading
 import time
@@ -18,7 +20,7 @@ import pytest
 from django.db import connections
 
 from tests.conftest import example, start_worker
-from tests.sandbox_fixtures import SANDBOX_USER, require_sandbox, wait_for_no_sandbox_processes
+from tests.sandbox_fixtures import require_sandbox, sandbox_user_names, wait_for_no_sandbox_processes
 from toolhub.accounts.models import ApiToken
 from toolhub.runs import tasks
 from toolhub.runs.models import Event, Invocation, RunStatus
@@ -411,7 +413,8 @@ def _descendants(root_pid: int) -> set[int]:
 
 
 def _sandbox_user_pids() -> set[int]:
-    result = subprocess.run(["ps", "-u", SANDBOX_USER, "-o", "pid="], capture_output=True, text=True, check=False)
+    users = ",".join(sandbox_user_names())
+    result = subprocess.run(["ps", "-u", users, "-o", "pid="], capture_output=True, text=True, check=False)
     return {int(line) for line in result.stdout.split()}
 
 
@@ -453,6 +456,9 @@ def test_a_worker_killed_mid_run_leaves_a_failed_invocation_and_no_process(ready
         # The sandbox really is there, below the worker, running as the sandbox user.
         sandboxed = _descendants(worker.process.pid) & _sandbox_user_pids()
         assert sandboxed, worker.output()[-3000:]
+        # ... as a uid leased from the pool, not the shared sandbox user.
+        owners = {pwd.getpwuid(os.stat(f"/proc/{pid}").st_uid).pw_name for pid in sandboxed}
+        assert len(owners) == 1 and owners.pop().startswith("toolhub-sb-"), owners
     finally:
         worker.kill()  # SIGKILL to the worker's whole process group
 

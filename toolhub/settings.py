@@ -236,6 +236,11 @@ TOOLHUB_APPROVE_TRANSITIVE = env.bool("TOOLHUB_APPROVE_TRANSITIVE", default=Fals
 # ------------------------------------------------------------------------------
 TOOLHUB_BWRAP = env.str("TOOLHUB_BWRAP", default="bwrap")
 TOOLHUB_SANDBOX_USER = env.str("TOOLHUB_SANDBOX_USER", default="toolhub-sandbox")
+# Sandboxes run as uids leased from a pool of this many users (toolhub-sb-0000...), created by
+# scripts/system-setup with the same variable; 0 runs every sandbox as TOOLHUB_SANDBOX_USER.
+TOOLHUB_SANDBOX_UIDS = env.int("TOOLHUB_SANDBOX_UIDS", default=16)
+# Host-wide (not per data dir): the uids are the host's. Root's, mode 0700.
+TOOLHUB_SANDBOX_UID_LOCK_DIR = env.str("TOOLHUB_SANDBOX_UID_LOCK_DIR", default="/run/toolhub-sandbox-uids")
 TOOLHUB_SANDBOX_WALL_SECONDS = env.float("TOOLHUB_SANDBOX_WALL_SECONDS", default=30.0)
 TOOLHUB_SANDBOX_CPU_SECONDS = env.int("TOOLHUB_SANDBOX_CPU_SECONDS", default=10)
 TOOLHUB_SANDBOX_MEMORY_MB = env.int("TOOLHUB_SANDBOX_MEMORY_MB", default=1024)

@@ -12,6 +12,7 @@ from pathlib import Path
 from django.conf import settings
 
 from toolhub.sandbox import launcher as sandboxlib
+from toolhub.sandbox.uids import UidPool
 from toolhub.toolkits.models import Revision
 
 RUNTIME_SRC = Path(__file__).resolve().parent.parent / "runtime"
@@ -40,6 +41,13 @@ def source_file(revision: Revision) -> Path:
     return path
 
 
+def uid_pool() -> UidPool | None:
+    """The host's pool of sandbox uids, or None when TOOLHUB_SANDBOX_UIDS is 0."""
+    if settings.TOOLHUB_SANDBOX_UIDS <= 0:
+        return None
+    return UidPool(size=settings.TOOLHUB_SANDBOX_UIDS, lock_dir=Path(settings.TOOLHUB_SANDBOX_UID_LOCK_DIR))
+
+
 def runtime_dir() -> Path:
     return sandboxlib.ensure_runtime_copy(runtime_src=RUNTIME_SRC, data_dir=Path(settings.DATA_DIR))
 
@@ -55,6 +63,7 @@ def run(*, revision: Revision, env_dir: Path, request: dict, on_message, limits_
         sandbox_user=settings.TOOLHUB_SANDBOX_USER,
         bwrap=settings.TOOLHUB_BWRAP,
         extra_binds=extra_binds,
+        uid_pool=uid_pool(),
     )
 
 
@@ -97,10 +106,14 @@ def egress_for(toolkit):
 
 def startup_check() -> None:
     """Say at worker start, not at the first invocation, when this host cannot sandbox:
-    bubblewrap or the sandbox user missing, or user namespaces unavailable."""
+    bubblewrap, libseccomp, the sandbox user or the uid pool missing, or user namespaces
+    unavailable."""
     import logging
 
     try:
         sandboxlib.check_sandbox(sandbox_user=settings.TOOLHUB_SANDBOX_USER, bwrap=settings.TOOLHUB_BWRAP)
+        pool = uid_pool()
+        if pool is not None:
+            pool.check()
     except sandboxlib.SandboxUnavailable as exc:
         logging.getLogger(__name__).error("This worker cannot run toolkits: %s", exc)

@@ -10,7 +10,10 @@ API
 ---
 ``run_sandboxed(*, interpreter_env, runtime_dir, source_path, request, limits, on_message,
 sandbox_user="toolhub-sandbox", bwrap="bwrap", extra_binds=(), argv=DEFAULT_ARGV,
-cgroup_root=Path("/sys/fs/cgroup")) -> SandboxOutcome``
+cgroup_root=Path("/sys/fs/cgroup"), uid_pool=None) -> SandboxOutcome``
+
+- With ``uid_pool`` (a ``toolhub.sandbox.uids.UidPool``) the sandbox runs as a uid leased for
+  this run alone instead of ``sandbox_user``; the worker always passes one.
 
 - ``interpreter_env`` (a virtualenv) is mounted read-only at ``/opt/env``, ``runtime_dir`` (a
   copy made by ``ensure_runtime_copy``) at ``/opt/runtime``, the bytes of ``source_path`` (read
@@ -82,9 +85,11 @@ What is enforced, and how
   pid 1 ignores SIGXCPU: SIGKILL at ``cpu_seconds`` of CPU per process), RLIMIT_AS
   (``memory_bytes``; counts reserved address space, threads' stacks included, not tmpfs),
   RLIMIT_NOFILE, RLIMIT_FSIZE, RLIMIT_CORE = 0, and RLIMIT_NPROC. The kernel counts RLIMIT_NPROC
-  per uid over the whole host, so concurrent runs under one sandbox user share it: it is the
-  limit (``processes`` + 1 for bubblewrap) only where there is no pids cgroup, and 8 times that
-  as a host-wide backstop where there is.
+  per uid over the whole host: with a uid leased from a pool it is this run's own limit
+  (``processes`` + 1 for bubblewrap, one more where a pids cgroup stops the run first and says
+  so); concurrent runs under the one shared sandbox user share
+  it, so there it is the limit only where there is no pids cgroup, and 8 times that as a
+  host-wide backstop where there is.
 - cgroups v1, where the ``memory``, ``pids`` and ``cpuacct`` hierarchies are writable (as root
   on Debian 12's hybrid layout): each run gets ``toolhub-<worker pid>-<random>`` under the
   worker's own cgroup in each, joined by the child before exec, so bubblewrap and every
@@ -132,6 +137,7 @@ from toolhub.sandbox.cgroups import RunCgroups
 from toolhub.sandbox.limits import Limits, SandboxOutcome, SandboxUnavailable
 from toolhub.sandbox.seccomp import filter_program
 from toolhub.sandbox.session import Session, classify
+from toolhub.sandbox.uids import UidPool
 
 DEFAULT_SANDBOX_USER = "toolhub-sandbox"
 DEFAULT_ARGV: tuple[str, ...] = ("/opt/env/bin/python", "-I", "/opt/runtime/main.py")
@@ -444,12 +450,22 @@ def _bwrap_argv(
     return args
 
 
-def _child_setup(limits: Limits, cgroup_fds: Sequence[int], *, pids_cgroup: bool) -> Callable[[], None]:
+def _child_setup(
+    limits: Limits, cgroup_fds: Sequence[int], *, pids_cgroup: bool, own_uid: bool
+) -> Callable[[], None]:
     """Return the function run in the child after the uid switch, right before exec."""
-    # RLIMIT_NPROC counts every process of the sandbox user on the host, so concurrent runs
-    # share it. With a pids cgroup (per run) in force it is only a loose host-wide backstop;
-    # without one it is the limit itself.
-    nproc = 8 * limits.processes if pids_cgroup else limits.processes + 1
+    # RLIMIT_NPROC counts every process of the uid on the host. A uid leased from a pool is
+    # this run's alone, so the count is this run's: the limit itself without a pids cgroup
+    # (``processes`` + 1 for bubblewrap), one above the cgroup's limit with one, so that the
+    # cgroup, which reports being hit, is what stops a fork bomb. The shared sandbox user's
+    # count covers every concurrent run: with a pids cgroup it is only a loose host-wide
+    # backstop, without one it is the limit itself.
+    if not pids_cgroup:
+        nproc = limits.processes + 1
+    elif own_uid:
+        nproc = limits.processes + 2
+    else:
+        nproc = 8 * limits.processes
     rlimits = [
         # Soft and hard are equal: the command is pid 1 of its namespace, and pid 1 ignores
         # SIGXCPU, so the limit has to end in SIGKILL straight away.
@@ -489,9 +505,59 @@ def run_sandboxed(
     extra_binds: Sequence[tuple[Path, str]] = (),
     argv: Sequence[str] = DEFAULT_ARGV,
     cgroup_root: Path | None = DEFAULT_CGROUP_ROOT,
+    uid_pool: UidPool | None = None,
 ) -> SandboxOutcome:
-    """Run ``argv`` in a new sandbox, exchange JSON lines with it, and say how it ended."""
+    """Run ``argv`` in a new sandbox, exchange JSON lines with it, and say how it ended.
+
+    With ``uid_pool`` the sandbox runs as a uid leased from it for this run alone
+    (``toolhub.sandbox.uids``), and ``sandbox_user`` is not used.
+    """
+    if uid_pool is not None:
+        with uid_pool.lease() as user:
+            identity = _resolve_identity(bwrap=bwrap, sandbox_user=user.name)
+            return _run(
+                identity,
+                own_uid=True,
+                interpreter_env=interpreter_env,
+                runtime_dir=runtime_dir,
+                source_path=source_path,
+                request=request,
+                limits=limits,
+                on_message=on_message,
+                extra_binds=extra_binds,
+                argv=argv,
+                cgroup_root=cgroup_root,
+            )
     identity = _resolve_identity(bwrap=bwrap, sandbox_user=sandbox_user)
+    return _run(
+        identity,
+        own_uid=False,
+        interpreter_env=interpreter_env,
+        runtime_dir=runtime_dir,
+        source_path=source_path,
+        request=request,
+        limits=limits,
+        on_message=on_message,
+        extra_binds=extra_binds,
+        argv=argv,
+        cgroup_root=cgroup_root,
+    )
+
+
+def _run(
+    identity: _Identity,
+    *,
+    own_uid: bool,
+    interpreter_env: Path,
+    runtime_dir: Path,
+    source_path: Path,
+    request: dict,
+    limits: Limits,
+    on_message: Callable[[dict], dict | None],
+    extra_binds: Sequence[tuple[Path, str]],
+    argv: Sequence[str],
+    cgroup_root: Path | None,
+) -> SandboxOutcome:
     source = Path(source_path).read_bytes()
     request_line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
 
@@ -534,7 +600,7 @@ def run_sandboxed(
                 start_new_session=True,
                 # The hook only joins cgroups and sets rlimits, calls that take no locks;
                 # callers run one sandbox per thread (Celery prefork), see the docstring.
-                preexec_fn=_child_setup(limits, cgroups.fds, pids_cgroup="pids" in cgroups.dirs),
+                preexec_fn=_child_setup(limits, cgroups.fds, pids_cgroup="pids" in cgroups.dirs, own_uid=own_uid),
                 **_privilege_kwargs(identity),
             )
         except (OSError, subprocess.SubprocessError) as exc:
