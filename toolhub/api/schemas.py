@@ -59,6 +59,7 @@ class ToolkitOut(ToolkitSummary):
     revisions: list[RevisionOut]
     display: dict[str, Any]
     egress: dict[str, Any] | None = None
+    warnings: list[dict[str, Any]] = []
 
 
 class ToolkitList(Schema):

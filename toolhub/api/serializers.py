@@ -5,6 +5,7 @@ from __future__ import annotations
 from toolhub.runs.models import Invocation
 from toolhub.toolkits.display import resolve, tool_display
 from toolhub.toolkits.models import Toolkit
+from toolhub.toolkits.notices import revision_warnings
 
 
 def _iso(value) -> str | None:
@@ -76,6 +77,7 @@ def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
         ],
         display=display_for(toolkit, revision, language),
         egress={"granted": toolkit.egress_granted, "hosts": toolkit.egress_hosts} if toolkit.egress_granted else None,
+        warnings=revision_warnings(revision),
     )
     return data
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 import types
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,26 @@ SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
 
 class InvalidToolkit(Exception):
     """The file loads but is neither an Open WebUI toolkit nor a RAGFlow plugin."""
+
+
+class OpenWebUIInternals(ImportError):
+    """The toolkit imports a module of Open WebUI itself, which exists only inside Open WebUI."""
+
+
+OPEN_WEBUI_PACKAGE = "open_webui"
+
+
+def _open_webui_message(exc: ModuleNotFoundError, source_path: str) -> str:
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == source_path]
+    where = ""
+    if frames and frames[-1].lineno:
+        statement = (frames[-1].line or "").strip()
+        where = f" on line {frames[-1].lineno}" + (f" (`{statement[:200]}`)" if statement else "")
+    return (
+        f"the toolkit imports `{exc.name}`{where}, a package of Open WebUI itself. ToolHub runs toolkits"
+        " outside Open WebUI and cannot provide Open WebUI's internals: remove the import, or make it"
+        " optional (in a try/except ImportError block)."
+    )
 
 
 @dataclass
@@ -45,8 +66,13 @@ def load(source_path: str) -> Toolkit:
     module = types.ModuleType(MODULE_NAME)
     module.__file__ = source_path
     sys.modules[MODULE_NAME] = module
-    # Compiled with its real path, so tracebacks show the toolkit's own lines.
-    exec(compile(source, source_path, "exec"), module.__dict__)  # noqa: S102 - in the sandbox.
+    try:
+        # Compiled with its real path, so tracebacks show the toolkit's own lines.
+        exec(compile(source, source_path, "exec"), module.__dict__)  # noqa: S102 - in the sandbox.
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] != OPEN_WEBUI_PACKAGE:
+            raise
+        raise OpenWebUIInternals(_open_webui_message(exc, source_path)) from exc
     kind, cls = _find_class(module)
     return Toolkit(kind=kind, module=module, cls=cls)
 

@@ -4,9 +4,11 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
 from toolhub.toolkits.fields import OrderedJSONField
+from toolhub.toolkits.source_checks import OPEN_WEBUI_PACKAGE, ImportSite, import_sites_in
 
 
 class Status(models.TextChoices):
@@ -111,6 +113,14 @@ class Revision(models.Model):
         self.status = status
         self.status_detail = detail
         self.status_changed_at = timezone.now()
+
+    @cached_property
+    def open_webui_imports(self) -> list[ImportSite]:
+        """Imports of Open WebUI's own modules, which ToolHub cannot provide. The source is
+        parsed again only for the rare revision whose stored imports name `open_webui`."""
+        if OPEN_WEBUI_PACKAGE not in (self.imports or []):
+            return []
+        return [site for site in import_sites_in(self.source) if site.top == OPEN_WEBUI_PACKAGE]
 
     @property
     def network_imports(self) -> list[str]:

@@ -73,6 +73,26 @@ class Requirement:
 
 
 @dataclass(frozen=True)
+class ImportSite:
+    """One module an import statement names. `module` is the dotted name as written
+    (`open_webui.models.users`); `optional` when the statement can fail without the
+    toolkit failing: inside a `try` whose handlers catch `ImportError` (or a base of it),
+    or under `if TYPE_CHECKING:`, which never runs."""
+
+    module: str
+    line: int
+    optional: bool = False
+
+    @property
+    def top(self) -> str:
+        return self.module.split(".")[0]
+
+
+# The top-level package of Open WebUI itself, which no environment can provide.
+OPEN_WEBUI_PACKAGE = "open_webui"
+
+
+@dataclass(frozen=True)
 class ParsedToolkit:
     """What the static checks learnt. `kind` is "openwebui" (`class Tools`) or "ragflow"; `tool_names`
     are the public methods of `Tools` in source order, or a plugin's literal metadata name (else its
@@ -98,6 +118,12 @@ class ParsedToolkit:
     suggested_slug: str
     # The source line of each manifest key (after aliasing), so pages can point at it.
     manifest_lines: dict[str, int] = field(default_factory=dict)
+    # Every import with its line, in line order (`imports` has the top-level names only).
+    import_sites: list[ImportSite] = field(default_factory=list)
+
+    @property
+    def open_webui_imports(self) -> list[ImportSite]:
+        return [site for site in self.import_sites if site.top == OPEN_WEBUI_PACKAGE]
 
 
 @dataclass(frozen=True)
@@ -312,6 +338,7 @@ def parse_toolkit_source(data: bytes | str, *, filename: str | None = None) -> P
         hosts=_hosts(nodes),
         suggested_slug=slugify(slug_source),
         manifest_lines=manifest_lines,
+        import_sites=_import_sites(tree),
     )
 
 
@@ -524,6 +551,71 @@ def _imports(nodes: list[ast.AST]) -> list[str]:
             if dynamic and name and not name.startswith("."):
                 names.add(name.split(".")[0])
     return sorted(names)
+
+
+_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
+
+
+def _catches_import_error(handlers: list[ast.ExceptHandler]) -> bool:
+    for handler in handlers:
+        if handler.type is None:
+            return True  # a bare `except:`
+        caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        for node in caught:
+            name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+            if name in _IMPORT_ERRORS:
+                return True
+    return False
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", "")
+    return name == "TYPE_CHECKING"
+
+
+def _import_sites(tree: ast.Module) -> list[ImportSite]:
+    """Every module imported, with its line and whether the import is optional.
+
+    Walked with an explicit stack (like `ast.walk`), so deeply nested code that parsed
+    cannot exhaust the recursion limit here.
+    """
+    sites: list[ImportSite] = []
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, optional = stack.pop()
+        if isinstance(node, ast.Import):
+            sites.extend(ImportSite(alias.name, node.lineno, optional) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            sites.append(ImportSite(node.module, node.lineno, optional))
+        elif isinstance(node, ast.Call) and node.args:
+            func, name = node.func, _literal(node.args[0])
+            dynamic = (isinstance(func, ast.Name) and func.id == "__import__") or (
+                isinstance(func, ast.Attribute) and func.attr == "import_module"
+            )
+            if dynamic and name and not name.startswith("."):
+                sites.append(ImportSite(name, node.lineno, optional))
+        if isinstance(node, ast.Try | ast.TryStar):
+            guarded = optional or _catches_import_error(node.handlers)
+            stack.extend((child, guarded) for child in node.body)
+            rest = [*node.handlers, *node.orelse, *node.finalbody]
+            stack.extend((child, optional) for child in rest)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend((child, True) for child in node.body)
+            stack.extend((child, optional) for child in node.orelse)
+        else:
+            stack.extend((child, optional) for child in ast.iter_child_nodes(node))
+    return sorted(sites, key=lambda site: (site.line, site.module))
+
+
+def import_sites_in(source: str) -> list[ImportSite]:
+    """The import sites of source that passed the checks before (stored revisions)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+    except (SyntaxError, MemoryError, RecursionError, ValueError):
+        return []
+    return _import_sites(tree)
 
 
 def _hosts(nodes: list[ast.AST]) -> list[str]:

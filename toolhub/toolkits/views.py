@@ -16,6 +16,7 @@ from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
 from toolhub.toolkits import selectors, services
 from toolhub.toolkits.highlight import highlight_python
 from toolhub.toolkits.models import Toolkit
+from toolhub.toolkits.notices import revision_warnings
 from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, SourceError, ToolkitSourceInvalid, parse_toolkit_source
 
 PAGE_SIZE = 20
@@ -110,6 +111,11 @@ def _diagnostics(errors: list[SourceError]) -> list[dict]:
     return [{"line": e.line, "column": e.column, "message": e.message, "code": e.code} for e in errors]
 
 
+def _warn(request: HttpRequest, revision) -> None:
+    for warning in revision_warnings(revision):
+        messages.warning(request, warning["message"])
+
+
 @login_required
 @require_GET
 def toolkit_list(request: HttpRequest) -> HttpResponse:
@@ -131,6 +137,7 @@ def toolkit_new(request: HttpRequest) -> HttpResponse:
         def submit(*, source, filename) -> HttpResponse:
             result = services.toolkit_create(source=source, user=request.user, slug=slug or None, filename=filename)
             messages.success(request, _("Toolkit uploaded as revision %(n)s.") % {"n": result.revision.number})
+            _warn(request, result.revision)
             return redirect(result.toolkit)
 
         response = _check_upload(request, ctx, submit)
@@ -174,6 +181,8 @@ def toolkit_detail(request: HttpRequest, slug: str) -> HttpResponse:
         for key, value in manifest.items()
     ]
     ctx["support_url"] = _link(manifest.get("funding_url", ""))
+    shown = [ctx["revision"]] + ([ctx["latest"]] if ctx["latest"] != ctx["revision"] else [])
+    ctx["warnings"] = [warning for revision in shown for warning in revision_warnings(revision)]
     return render(request, "toolkits/overview.html", ctx)
 
 
@@ -235,6 +244,7 @@ def _revision_form(request: HttpRequest, slug: str, *, template: str, tab: str, 
             n = {"n": result.revision.number}
             if result.created:
                 messages.success(request, _("Uploaded revision %(n)s.") % n)
+                _warn(request, result.revision)
             else:
                 messages.info(request, _("The source is identical to revision %(n)s; nothing was added.") % n)
             return redirect("toolkit_revisions", slug=toolkit.slug)
