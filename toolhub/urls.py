@@ -9,6 +9,7 @@ from toolhub.api.api import api
 from toolhub.packages import views as packages
 from toolhub.runs import views as runs
 from toolhub.toolkits import views as toolkits
+from toolhub.toolkits import views_access as toolkit_access
 from toolhub.toolkits import views_egress as toolkit_egress
 from toolhub.toolkits import views_i18n as toolkit_i18n
 from toolhub.toolkits import views_settings as toolkit_settings
@@ -19,6 +20,8 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/tokens/", accounts.api_tokens, name="api_tokens"),
     path("account/tokens/<int:token_id>/revoke/", accounts.api_token_revoke, name="api_token_revoke"),
+    path("clients/", accounts.client_list, name="client_list"),
+    path("clients/<int:client_id>/revoke/", accounts.client_revoke, name="client_revoke"),
     path("i18n/setlang/", toolkit_i18n.set_language, name="set_language"),
     path("toolkits/", toolkits.toolkit_list, name="toolkit_list"),
     path("toolkits/new/", toolkits.toolkit_new, name="toolkit_new"),
@@ -34,6 +37,7 @@ urlpatterns = [
     path("toolkits/<slug:slug>/environment/", packages.toolkit_environment, name="toolkit_environment"),
     path("toolkits/<slug:slug>/environment/live/", packages.toolkit_environment_live, name="toolkit_environment_live"),
     path("toolkits/<slug:slug>/environment/retry/", packages.toolkit_retry, name="toolkit_retry"),
+    path("toolkits/<slug:slug>/access/", toolkit_access.toolkit_access, name="toolkit_access"),
     path("toolkits/<slug:slug>/egress/", toolkit_egress.toolkit_egress, name="toolkit_egress"),
     path("toolkits/<slug:slug>/valves/", toolkit_settings.toolkit_valves, name="toolkit_valves"),
     path("toolkits/<slug:slug>/settings/", toolkit_settings.toolkit_user_valves, name="toolkit_user_valves"),

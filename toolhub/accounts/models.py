@@ -54,3 +54,49 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+CLIENT_TOKEN_PREFIX = "thc_"
+# The header Open WebUI sends with ENABLE_FORWARD_USER_INFO_HEADERS; LibreChat sends
+# whatever its librechat.yaml names (docs/connect.md uses X-User-Email).
+DEFAULT_USER_HEADER = "X-OpenWebUI-User-Email"
+
+
+class ClientCredentialQuerySet(models.QuerySet):
+    def active(self) -> ClientCredentialQuerySet:
+        return self.filter(revoked_at__isnull=True)
+
+
+class ClientCredential(models.Model):
+    """The credential of one LLM application ("Open WebUI production"), created by an admin.
+
+    Without `acts_for_users` the app calls as its own service user, which has no UserValves.
+    With it, a request naming a user by email in `user_header` runs as that ToolHub user."""
+
+    name = models.CharField(max_length=100, unique=True)
+    prefix = models.CharField(max_length=12)
+    digest = models.CharField(max_length=64, unique=True)
+    acts_for_users = models.BooleanField(default=False)
+    user_header = models.CharField(max_length=100, default=DEFAULT_USER_HEADER, blank=True)
+    create_users = models.BooleanField(default=False)
+    service_user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="client_credential"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ClientCredentialQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

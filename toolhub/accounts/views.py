@@ -9,7 +9,9 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from toolhub.accounts.models import ApiToken
+from toolhub.accounts import clients
+from toolhub.accounts.models import DEFAULT_USER_HEADER, ApiToken, ClientCredential
+from toolhub.accounts.roles import is_admin
 
 
 @never_cache  # The response to the POST holds a secret; no cache may keep it.
@@ -37,3 +39,44 @@ def api_token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
         token.save(update_fields=["revoked_at"])
         messages.success(request, _("Token %(name)s revoked.") % {"name": token.name})
     return redirect("api_tokens")
+
+
+def _admin_only(request: HttpRequest) -> None:
+    if not is_admin(request.user):
+        raise Http404
+
+
+@never_cache  # The response to the POST holds a secret; no cache may keep it.
+@login_required
+@require_http_methods(["GET", "POST"])
+def client_list(request: HttpRequest) -> HttpResponse:
+    """The admins' page of client credentials: one per LLM application."""
+    _admin_only(request)
+    new_token = None
+    error = None
+    if request.method == "POST":
+        try:
+            credential, new_token = clients.client_create(
+                name=request.POST.get("name", ""), acts_for_users=request.POST.get("acts_for_users") == "on",
+                user_header=request.POST.get("user_header", "").strip()[:100] or DEFAULT_USER_HEADER,
+                create_users=request.POST.get("create_users") == "on", by=request.user,
+            )
+        except clients.InvalidClient as exc:
+            error = str(exc)
+    credentials = ClientCredential.objects.select_related("created_by")
+    return render(request, "accounts/clients.html", {
+        "credentials": credentials, "new_token": new_token, "error": error, "default_header": DEFAULT_USER_HEADER,
+    }, status=400 if error else 200)
+
+
+@login_required
+@require_POST
+def client_revoke(request: HttpRequest, client_id: int) -> HttpResponse:
+    _admin_only(request)
+    credential = ClientCredential.objects.filter(pk=client_id).first()
+    if credential is None:
+        raise Http404
+    if credential.is_active:
+        clients.client_revoke(client=credential)
+        messages.success(request, _("Client %(name)s revoked.") % {"name": credential.name})
+    return redirect("client_list")

@@ -15,6 +15,8 @@ from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from toolhub.accounts import clients
+from toolhub.accounts.models import ClientCredential
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
 from toolhub.agents import services as agent_services
 from toolhub.agents.models import ModelConnection
@@ -26,7 +28,7 @@ from toolhub.packages.models import Approval, Package
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation
 from toolhub.runs.selectors import get_invocation_for_user
-from toolhub.toolkits import schema_forms, selectors, services, valves
+from toolhub.toolkits import access, schema_forms, selectors, services, valves
 from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, ToolkitSourceInvalid
 from toolhub.vault.secret_fields import MASK, mask_values, merge_submitted
 
@@ -220,6 +222,17 @@ def delete_toolkit(request, slug: str):
     return Status(204, None)
 
 
+@api.put("/toolkits/{slug}/access", response={200: s.ToolkitOut, **ERRORS}, tags=["toolkits"])
+def put_access(request, slug: str, payload: s.AccessIn):
+    toolkit = _manageable(request, slug)
+    try:
+        access.toolkit_set_access(toolkit=toolkit, use=payload.use, groups=payload.groups, users=payload.users, by=request.user)
+    except access.InvalidAccess as exc:
+        raise _error(400, str(exc), exc.field) from None
+    # Read again as the caller: an owner keeps access to their own toolkit whatever is set.
+    return toolkit_out(_toolkit(request, slug), language=_language(request))
+
+
 # VALVES
 # ------------------------------------------------------------------------------
 
@@ -317,6 +330,47 @@ def reject_package(request, name: str, payload: s.RejectIn):
     return package_out(package)
 
 
+# CLIENT CREDENTIALS (admins)
+# ------------------------------------------------------------------------------
+
+
+def _client_out(client: ClientCredential) -> dict:
+    return {
+        "id": client.pk, "name": client.name, "acts_for_users": client.acts_for_users,
+        "user_header": client.user_header, "create_users": client.create_users,
+        "created_at": client.created_at.isoformat(), "last_used_at": client.last_used_at.isoformat() if client.last_used_at else None,
+    }
+
+
+@api.get("/clients", response={200: s.ClientList, **ERRORS}, tags=["clients"])
+def list_clients(request):
+    _admin(request)
+    return {"items": [_client_out(c) for c in ClientCredential.objects.active()]}
+
+
+@api.post("/clients", response={201: s.ClientCreatedOut, **ERRORS}, tags=["clients"])
+def create_client(request, payload: s.ClientIn):
+    _admin(request)
+    try:
+        client, raw = clients.client_create(
+            name=payload.name, acts_for_users=payload.acts_for_users, user_header=payload.user_header,
+            create_users=payload.create_users, by=request.user,
+        )
+    except clients.InvalidClient as exc:
+        raise _error(409 if isinstance(exc, clients.ClientNameTaken) else 400, str(exc), exc.field) from None
+    return Status(201, {**_client_out(client), "token": raw})
+
+
+@api.delete("/clients/{client_id}", response={204: None, **ERRORS}, tags=["clients"])
+def revoke_client(request, client_id: int):
+    _admin(request)
+    client = ClientCredential.objects.active().filter(pk=client_id).first()
+    if client is None:
+        raise Http404
+    clients.client_revoke(client=client)
+    return Status(204, None)
+
+
 # INVOCATIONS
 # ------------------------------------------------------------------------------
 
@@ -327,7 +381,7 @@ def invoke(request, slug: str, tool: str, payload: s.InvokeIn):
     try:
         invocation = run_services.invocation_create(
             toolkit=toolkit, tool=tool, arguments=payload.arguments, user=request.user,
-            messages=payload.messages, files=payload.files,
+            messages=payload.messages, files=payload.files, client=getattr(request, "toolhub_client", None),
         )
     except run_services.InvocationRejected as exc:
         raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None

@@ -1,22 +1,24 @@
 from __future__ import annotations
 
-from django.utils import timezone
+from ninja.errors import HttpError
 from ninja.security import HttpBearer, SessionAuth
 
-from toolhub.accounts.models import ApiToken, hash_token
+from toolhub.accounts.clients import CallerRefused, resolve_caller
 
 
 class TokenAuth(HttpBearer):
+    """A person's API token or a client credential (toolhub.accounts.clients)."""
+
     def authenticate(self, request, token: str):
-        row = ApiToken.objects.active().select_related("user").filter(digest=hash_token(token)).first()
-        if row is None or not row.user.is_active:
-            return None
-        # Write the last-used time at most once a minute per token.
-        now = timezone.now()
-        if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:
-            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
-        request.user = row.user
-        return row.user
+        try:
+            caller = resolve_caller(token=token, headers=request.headers)
+        except CallerRefused as exc:
+            if exc.status == 401:
+                return None
+            raise HttpError(exc.status, exc.message) from None
+        request.user = caller.user
+        request.toolhub_client = caller.client
+        return caller.user
 
 
 class BrowserSession(SessionAuth):

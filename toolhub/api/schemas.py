@@ -47,6 +47,18 @@ class ToolkitSummary(Schema):
     tool_names: list[str]
 
 
+class AccessOut(Schema):
+    use: str
+    groups: list[str]
+    users: list[str]
+
+
+class AccessIn(Schema):
+    use: str
+    groups: list[str] = Field(default_factory=list, max_length=200)
+    users: list[str] = Field(default_factory=list, max_length=200)
+
+
 class ToolkitOut(ToolkitSummary):
     description: str
     author: str
@@ -60,6 +72,7 @@ class ToolkitOut(ToolkitSummary):
     display: dict[str, Any]
     egress: dict[str, Any] | None = None
     warnings: list[dict[str, Any]] = []
+    access: AccessOut
 
 
 class ToolkitList(Schema):
@@ -136,6 +149,8 @@ class InvocationOut(Schema):
     limit: str | None = None
     pending_call: dict[str, Any] | None = None
     egress: dict[str, Any] | None = None
+    client: str | None = None
+    surface: str = "api"
 
 
 class QueuedOut(Schema):
@@ -173,3 +188,28 @@ class ModelConnectionList(Schema):
 
 class ModelListOut(Schema):
     models: list[str]
+
+
+class ClientIn(Schema):
+    name: str = Field(min_length=1, max_length=100)
+    acts_for_users: bool = False
+    user_header: str = Field(default="X-OpenWebUI-User-Email", max_length=100)
+    create_users: bool = False
+
+
+class ClientOut(Schema):
+    id: int
+    name: str
+    acts_for_users: bool
+    user_header: str
+    create_users: bool
+    created_at: str
+    last_used_at: str | None
+
+
+class ClientCreatedOut(ClientOut):
+    token: str
+
+
+class ClientList(Schema):
+    items: list[ClientOut]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from toolhub.runs.models import Invocation
+from toolhub.toolkits.access import access_out
 from toolhub.toolkits.display import resolve, tool_display
 from toolhub.toolkits.models import Toolkit
 from toolhub.toolkits.notices import revision_warnings
@@ -78,6 +79,7 @@ def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
         display=display_for(toolkit, revision, language),
         egress={"granted": toolkit.egress_granted, "hosts": toolkit.egress_hosts} if toolkit.egress_granted else None,
         warnings=revision_warnings(revision),
+        access=access_out(toolkit),
     )
     return data
 
@@ -114,6 +116,8 @@ def invocation_out(invocation: Invocation, *, with_events: bool = True) -> dict:
         "limit": invocation.limit or None,
         "pending_call": invocation.pending_call,
         "egress": invocation.egress,
+        "client": invocation.client.name if invocation.client_id else None,
+        "surface": invocation.surface,
     }
 
 

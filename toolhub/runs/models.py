@@ -20,6 +20,16 @@ class RunStatus(models.TextChoices):
     TIMED_OUT = "timed_out", _("Timed out")
 
 
+class Surface(models.TextChoices):
+    """Where an invocation came from."""
+
+    API = "api", _("API")
+    MCP = "mcp", _("MCP")
+    OPENAPI = "openapi", _("OpenAPI tool server")
+    PAGE = "page", _("Test run")
+    AGENT = "agent", _("Agent run")
+
+
 FINISHED = {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT}
 
 
@@ -33,6 +43,11 @@ class Invocation(models.Model):
     messages = models.JSONField(default=list, blank=True)
     files = models.JSONField(default=list, blank=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="invocations")
+    # The client credential that called for the user (an LLM app), if any, and the surface.
+    client = models.ForeignKey(
+        "accounts.ClientCredential", null=True, blank=True, on_delete=models.SET_NULL, related_name="invocations"
+    )
+    surface = models.CharField(max_length=10, choices=Surface.choices, default=Surface.API)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     result = OrderedJSONField(null=True, blank=True)
     result_type = models.CharField(max_length=10, blank=True)

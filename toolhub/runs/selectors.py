@@ -23,7 +23,7 @@ def get_invocation_for_user(*, user, invocation_id) -> Invocation:
     """The one way pages and endpoints fetch an invocation: its invoker and admins see it,
     nobody else learns it exists."""
     pk = parse_invocation_id(invocation_id)
-    invocation = Invocation.objects.select_related("toolkit", "revision", "user").filter(pk=pk).first() if pk else None
+    invocation = Invocation.objects.select_related("toolkit", "revision", "user", "client").filter(pk=pk).first() if pk else None
     if invocation is None or not (is_admin(user) or invocation.user_id == user.pk):
         raise Http404
     return invocation

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from toolhub.runs.models import FINISHED, Invocation, RunStatus
+from toolhub.runs.models import FINISHED, Invocation, RunStatus, Surface
 from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Status, Toolkit
 
@@ -67,7 +67,8 @@ def not_ready_reason(toolkit: Toolkit) -> str:
 
 
 def invocation_create(
-    *, toolkit: Toolkit, tool: str, arguments: object, user, messages=None, files=None
+    *, toolkit: Toolkit, tool: str, arguments: object, user, messages=None, files=None,
+    client=None, surface: str = Surface.API,
 ) -> Invocation:
     revision = toolkit.current_revision
     if revision is None or revision.status != Status.READY:
@@ -80,7 +81,7 @@ def invocation_create(
         raise InvocationRejected(400, errors)
     invocation = Invocation.objects.create(
         toolkit=toolkit, revision=revision, tool=tool, arguments=arguments, user=user,
-        messages=messages or [], files=files or [],
+        messages=messages or [], files=files or [], client=client, surface=surface,
     )
     try:
         _enqueue(str(invocation.id))

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from toolhub.accounts.roles import can_manage_toolkit, is_admin
 from toolhub.runs import services
-from toolhub.runs.models import Invocation, RunStatus
+from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.runs.selectors import get_invocation_for_user, parse_invocation_id
 from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Status
@@ -156,7 +156,7 @@ def tool_run(request: HttpRequest, slug: str, tool: str) -> HttpResponse:
     if not errors:
         try:
             invocation = services.invocation_create(
-                toolkit=toolkit, tool=tool, arguments=arguments, user=request.user, **advanced
+                toolkit=toolkit, tool=tool, arguments=arguments, user=request.user, surface=Surface.PAGE, **advanced
             )
         except services.InvocationRejected as exc:
             if exc.status == 400:

@@ -20,6 +20,14 @@ class Status(models.TextChoices):
     REJECTED = "rejected", _("Rejected")
 
 
+class Use(models.TextChoices):
+    """Who may use a toolkit (and see it in lists). Its owner and admins always may."""
+
+    EVERYONE = "everyone", _("Everyone")
+    GROUPS = "groups", _("Selected groups and people")
+    ADMINS = "admins", _("Admins only")
+
+
 class Toolkit(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="toolkits")
@@ -40,6 +48,10 @@ class Toolkit(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     egress_granted_at = models.DateTimeField(null=True, blank=True)
+    # Access, set by the owner or an admin (toolhub.toolkits.access is the one reader).
+    use = models.CharField(max_length=10, choices=Use.choices, default=Use.EVERYONE)
+    use_groups = models.ManyToManyField("auth.Group", blank=True, related_name="usable_toolkits")
+    use_users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="usable_toolkits")
 
     class Meta:
         ordering = ["title", "slug"]
@@ -172,3 +184,16 @@ class Translation(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["toolkit", "language", "key"], name="translation_unique"),
         ]
+
+
+class HistoryEntry(models.Model):
+    """A change to a toolkit's governance (who may use it), kept for its Overview."""
+
+    toolkit = models.ForeignKey(Toolkit, on_delete=models.CASCADE, related_name="history")
+    kind = models.CharField(max_length=20)
+    data = models.JSONField(default=dict)
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]

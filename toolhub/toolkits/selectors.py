@@ -7,6 +7,7 @@ import difflib
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
+from toolhub.toolkits.access import toolkit_usable_by, usable_filter
 from toolhub.toolkits.models import Revision, Toolkit
 
 # The big text columns of a revision that no list shows; leaving them out keeps a page of
@@ -15,9 +16,12 @@ _LIST_DEFERRED = [f"current_revision__{name}" for name in ("source", "build_log"
 
 
 def toolkit_list(*, user, query: str = "", with_translations: bool = False) -> QuerySet[Toolkit]:
-    """Toolkits by title. `with_translations` fetches every listed toolkit's translations
-    in one more query, for pages that resolve `$t:` titles."""
+    """The toolkits `user` may use, by title. `with_translations` fetches every listed
+    toolkit's translations in one more query, for pages that resolve `$t:` titles."""
     qs = Toolkit.objects.select_related("current_revision", "owner").defer(*_LIST_DEFERRED)
+    condition = usable_filter(user)
+    if condition is not None:
+        qs = qs.filter(condition)
     if with_translations:
         qs = qs.prefetch_related("translations")
     if query:
@@ -30,11 +34,12 @@ def owns_a_toolkit(*, user) -> bool:
 
 
 def get_toolkit_for_user(*, user, slug: str) -> Toolkit:
-    """The one way pages and endpoints fetch a toolkit. Every signed-in user may see every
-    toolkit; what they may change is decided by toolhub.accounts.roles."""
+    """The one way pages and endpoints fetch a toolkit: only one the user may use
+    (toolhub.toolkits.access), else 404. What they may change is decided by
+    toolhub.accounts.roles."""
     if not user.is_authenticated:
         raise Http404
-    toolkit = Toolkit.objects.select_related("current_revision", "owner").filter(slug=slug).first()
+    toolkit = toolkit_usable_by(user, slug)
     if toolkit is None:
         raise Http404
     return toolkit

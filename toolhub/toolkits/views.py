@@ -4,6 +4,7 @@ from urllib.parse import urlsplit
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -13,9 +14,9 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
-from toolhub.toolkits import selectors, services
+from toolhub.toolkits import access, selectors, services
 from toolhub.toolkits.highlight import highlight_python
-from toolhub.toolkits.models import Toolkit
+from toolhub.toolkits.models import Toolkit, Use
 from toolhub.toolkits.notices import revision_warnings
 from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, SourceError, ToolkitSourceInvalid, parse_toolkit_source
 
@@ -183,6 +184,10 @@ def toolkit_detail(request: HttpRequest, slug: str) -> HttpResponse:
     ctx["support_url"] = _link(manifest.get("funding_url", ""))
     shown = [ctx["revision"]] + ([ctx["latest"]] if ctx["latest"] != ctx["revision"] else [])
     ctx["warnings"] = [warning for revision in shown for warning in revision_warnings(revision)]
+    ctx["access"] = access.access_out(toolkit)
+    ctx["use_choices"] = Use.choices
+    ctx["all_groups"] = Group.objects.order_by("name")[:200] if ctx["can_manage"] else []
+    ctx["access_history"] = toolkit.history.filter(kind="access").select_related("by")[:10]
     return render(request, "toolkits/overview.html", ctx)
 
 

@@ -1,0 +1,162 @@
+"""Client credentials of LLM applications, and the one helper that tells who is calling.
+
+Every machine-facing surface (the API, MCP, the OpenAPI tool servers) authenticates a bearer
+token through `resolve_caller`, so a person's API token and a client credential mean the same
+thing everywhere."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from toolhub.accounts.models import (
+    CLIENT_TOKEN_PREFIX,
+    DEFAULT_USER_HEADER,
+    ApiToken,
+    ClientCredential,
+    hash_token,
+)
+
+# An HTTP header name (RFC 9110 token characters), bounded.
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
+MAX_EMAIL = 254
+
+
+class InvalidClient(ValueError):
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class ClientNameTaken(InvalidClient):
+    pass
+
+
+class CallerRefused(Exception):
+    """Authentication failed (401) or the caller may not act as it asks (403)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Caller:
+    user: Any
+    client: ClientCredential | None = None
+
+
+def client_create(
+    *, name: str, acts_for_users: bool = False, user_header: str = DEFAULT_USER_HEADER,
+    create_users: bool = False, by=None,
+) -> tuple[ClientCredential, str]:
+    """A new credential and its raw token, which is never stored and must be shown once."""
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise InvalidClient("A name of 1 to 100 characters is required.", "name")
+    user_header = (user_header or "").strip()
+    if acts_for_users and not _HEADER_NAME.match(user_header):
+        raise InvalidClient("user_header must be an HTTP header name.", "user_header")
+    if user_header and not _HEADER_NAME.match(user_header):
+        raise InvalidClient("user_header must be an HTTP header name.", "user_header")
+    if ClientCredential.objects.filter(name=name).exists():
+        raise ClientNameTaken("A client with this name exists.", "name")
+    raw = CLIENT_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    users = get_user_model()
+    try:
+        with transaction.atomic():
+            # The app's own identity: it has no password, no role and no UserValves.
+            service = users.objects.create_user(f"client_{secrets.token_hex(6)}", email="")
+            service.set_unusable_password()
+            service.save(update_fields=["password"])
+            credential = ClientCredential.objects.create(
+                name=name, prefix=raw[:11], digest=hash_token(raw), acts_for_users=bool(acts_for_users),
+                user_header=user_header, create_users=bool(create_users and acts_for_users),
+                service_user=service, created_by=by,
+            )
+    except IntegrityError:
+        raise ClientNameTaken("A client with this name exists.", "name") from None
+    return credential, raw
+
+
+def client_revoke(*, client: ClientCredential) -> None:
+    if client.revoked_at is None:
+        ClientCredential.objects.filter(pk=client.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        client.revoked_at = timezone.now()
+
+
+def _touch(model, row) -> None:
+    # The last-used time is written at most once a minute per credential.
+    now = timezone.now()
+    if row.last_used_at is None or (now - row.last_used_at).total_seconds() > 60:
+        model.objects.filter(pk=row.pk).update(last_used_at=now)
+
+
+def resolve_caller(*, token: str, headers) -> Caller:
+    """Who a bearer token calls as. `headers` is a case-insensitive mapping (request.headers).
+
+    A person's API token → that person. A client credential → its service user, or, when it
+    may act for users and the request names one in its header, the active ToolHub user with
+    that email (created on first use if the admin allowed it)."""
+    if not token or len(token) > 200:
+        raise CallerRefused(401, "Authentication required: send a bearer token.")
+    digest = hash_token(token)
+    row = ApiToken.objects.active().select_related("user").filter(digest=digest).first()
+    if row is not None:
+        if not row.user.is_active:
+            raise CallerRefused(401, "Authentication required: send a bearer token.")
+        _touch(ApiToken, row)
+        return Caller(user=row.user)
+    client = ClientCredential.objects.select_related("service_user").filter(digest=digest).first()
+    if client is None or not client.is_active or not client.service_user.is_active:
+        raise CallerRefused(401, "Authentication required: send a bearer token.")
+    _touch(ClientCredential, client)
+    if not (client.acts_for_users and client.user_header):
+        # Without the right, a user header is ignored: the app calls as itself.
+        return Caller(user=client.service_user, client=client)
+    email = (headers.get(client.user_header) or "").strip()
+    if not email:
+        return Caller(user=client.service_user, client=client)
+    return Caller(user=_user_for_email(client, email), client=client)
+
+
+def _user_for_email(client: ClientCredential, email: str):
+    if len(email) > MAX_EMAIL or "@" not in email or any(c.isspace() or ord(c) < 32 for c in email):
+        raise CallerRefused(403, f"The {client.user_header} header does not hold an email address.")
+    users = get_user_model()
+    matches = list(users.objects.filter(email__iexact=email)[:2])
+    if len(matches) > 1:
+        raise CallerRefused(403, "More than one ToolHub user has this email; an admin must resolve it.")
+    if matches:
+        if not matches[0].is_active:
+            raise CallerRefused(403, "This ToolHub user is deactivated.")
+        return matches[0]
+    if not client.create_users:
+        raise CallerRefused(403, "No ToolHub user has this email; an admin must create one first.")
+    return _create_user(email)
+
+
+def _create_user(email: str):
+    users = get_user_model()
+    local = re.sub(r"[^\w.@+-]", "", email.split("@", 1)[0])[:100] or "user"
+    for attempt in range(5):
+        username = local if attempt == 0 else f"{local}_{secrets.token_hex(3)}"
+        try:
+            with transaction.atomic():
+                user = users.objects.create_user(username, email=email)
+                user.set_unusable_password()
+                user.save(update_fields=["password"])
+                return user
+        except IntegrityError:
+            # The same email may have been created by a concurrent first call.
+            existing = users.objects.filter(email__iexact=email).first()
+            if existing is not None:
+                return existing
+    raise CallerRefused(403, "Could not create a ToolHub user for this email.")
