@@ -15,7 +15,7 @@ from toolhub.toolkits.models import Revision, Toolkit
 
 pytestmark = pytest.mark.django_db
 
-DEMO_SLUGS = ["bad_calculator", "friendly_sizes", "library_lookup", "string_reverse"]
+DEMO_SLUGS = ["bad_calculator", "friendly_sizes", "function_calling", "library_lookup", "react", "string_reverse"]
 
 
 def _run(*args) -> str:
@@ -77,13 +77,13 @@ def test_create_admin_does_not_promote_an_existing_plain_user(carol):
 # -- load_demo --------------------------------------------------------------------------------
 
 
-def test_load_demo_loads_the_four_demo_toolkits(admin):
+def test_load_demo_loads_the_demo_toolkits_and_strategies(admin):
     out = _run("load_demo")
     assert sorted(Toolkit.objects.values_list("slug", flat=True)) == DEMO_SLUGS
     for slug in DEMO_SLUGS:
         assert f"Loaded {slug}" in out
     assert all(t.owner == admin for t in Toolkit.objects.all())
-    assert Revision.objects.count() == 4
+    assert Revision.objects.count() == len(DEMO_SLUGS)
     reverse_kit = Toolkit.objects.get(slug="string_reverse")
     assert reverse_kit.title == "String Inverse"
     assert reverse_kit.current_revision.tool_names == ["reverse_string"]
@@ -91,6 +91,9 @@ def test_load_demo_loads_the_four_demo_toolkits(admin):
     plugin = Toolkit.objects.get(slug="bad_calculator").current_revision
     assert plugin.kind == "ragflow"
     assert plugin.tool_names == ["bad_calculator"]
+    for slug in ("function_calling", "react"):
+        strategy = Toolkit.objects.get(slug=slug).current_revision
+        assert (strategy.kind, strategy.tool_names) == ("agent_strategy", [])
 
 
 def test_load_demo_is_idempotent(admin):
@@ -99,7 +102,7 @@ def test_load_demo_is_idempotent(admin):
     out = _run("load_demo")
     for slug in DEMO_SLUGS:
         assert f"{slug}: unchanged" in out
-    assert Toolkit.objects.count() == 4
+    assert Toolkit.objects.count() == len(DEMO_SLUGS)
     assert list(Revision.objects.order_by("pk").values_list("pk", "sha256")) == before
 
 
@@ -120,4 +123,4 @@ def test_load_demo_needs_an_admin(alice):
 def test_load_demo_after_create_admin_works():
     _run("create_admin")
     _run("load_demo")
-    assert Toolkit.objects.count() == 4
+    assert Toolkit.objects.count() == len(DEMO_SLUGS)

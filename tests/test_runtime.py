@@ -781,7 +781,9 @@ def test_a_syntax_error_is_reported(tmp_path: Path) -> None:
 
 def test_a_file_without_tools_is_refused(tmp_path: Path) -> None:
     final = run({"op": "introspect", "source_path": write_toolkit(tmp_path, "x = 1\n")}).final
-    assert final["error"] == "InvalidToolkit: no `class Tools` and no LLMToolPlugin subclass at module level"
+    assert final["error"] == (
+        "InvalidToolkit: no `class Tools`, no LLMToolPlugin subclass and no AgentStrategy subclass at module level"
+    )
 
 
 def test_a_ragflow_plugin_needs_a_version(tmp_path: Path) -> None:

@@ -38,6 +38,8 @@ def invoke(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
         raise InvalidArguments("arguments must be a JSON object")
     if toolkit.kind == "ragflow":
         return result_message(_call_plugin(toolkit, tool, arguments))
+    if toolkit.kind == "agent_strategy":
+        raise ToolNotFound("an agent strategy has no tools; it runs as an agent run")
 
     instance = toolkit.cls()
     valves_model, user_valves_model = toolkit.model("Valves"), toolkit.model("UserValves")

@@ -11,12 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from . import specs
+from . import agent, specs
 
 # The toolkit runs as this module, so that pydantic, pickle and typing can find it.
 MODULE_NAME = "toolhub_toolkit"
 # RAGFlow plugin files import their base class from here; the shim provides it.
 RAGFLOW_MODULE = "agent.plugin.llm_tool_plugin"
+# Agent strategies import their base class from here (toolhub/runtime/agent.py).
+AGENT_MODULE = "toolhub_agent"
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
 
 
@@ -46,9 +48,9 @@ def _open_webui_message(exc: ModuleNotFoundError, source_path: str) -> str:
 
 @dataclass
 class Toolkit:
-    kind: str  # "openwebui" or "ragflow"
+    kind: str  # "openwebui", "ragflow" or "agent_strategy"
     module: types.ModuleType
-    cls: type  # the `Tools` class, or the LLMToolPlugin subclass
+    cls: type  # the `Tools` class, the LLMToolPlugin subclass, or the AgentStrategy subclass
 
     def model(self, name: str) -> type[BaseModel] | None:
         """The nested `Valves` or `UserValves` model of a `Tools` class, if any."""
@@ -61,6 +63,7 @@ def load(source_path: str) -> Toolkit:
     # distribution of that name that a toolkit installed for its own use.
     if SHIM_DIR not in sys.path:
         sys.path.append(SHIM_DIR)
+    sys.modules.setdefault(AGENT_MODULE, agent)
     with open(source_path, "rb") as file:
         source = file.read()
     module = types.ModuleType(MODULE_NAME)
@@ -97,11 +100,17 @@ def _find_class(module: types.ModuleType) -> tuple[str, type]:
     if plugins:
         names = ", ".join(plugin.__name__ for plugin in plugins)
         raise InvalidToolkit(f"a RAGFlow plugin file must define one LLMToolPlugin, not {names}")
-    raise InvalidToolkit("no `class Tools` and no LLMToolPlugin subclass at module level")
+    strategy = agent.find_strategy(module)
+    if strategy is not None:
+        return "agent_strategy", strategy
+    raise InvalidToolkit("no `class Tools`, no LLMToolPlugin subclass and no AgentStrategy subclass at module level")
 
 
 def introspect(source_path: str) -> dict[str, Any]:
     toolkit = load(source_path)
+    if toolkit.kind == "agent_strategy":
+        return {"kind": "introspection", "kind_of_toolkit": "agent_strategy", "tools": [], "valves_schema": None,
+                "user_valves_schema": None, "ragflow": None}
     if toolkit.kind == "ragflow":
         metadata = toolkit.cls.get_metadata()
         return {

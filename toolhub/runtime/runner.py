@@ -10,6 +10,8 @@ The host writes one request line on stdin:
      "files": [...], "model": ... | null, "id": "...", "call_timeout": 60,
      "egress": {"socket_path": "/run/egress.sock"} | null}
 
+    {"op": "agent", ...}: an agent strategy's run (the protocol is in agent.py)
+
 The runtime writes, on its original stdout:
     {"kind": "event", "event": {"type": T, "data": D}}     for each __event_emitter__ call
     {"kind": "call", "call_id": n, "event": {"type": T, "data": D}}  for __event_call__;
@@ -17,7 +19,7 @@ The runtime writes, on its original stdout:
         or {"kind": "call_result", "call_id": n, "error": "timed out"}
 and exactly one final line, after which the process exits:
     {"kind": "result", "result": ..., "result_type": "text" | "json"}
-    {"kind": "introspection", "kind_of_toolkit": "openwebui" | "ragflow", "tools": [...],
+    {"kind": "introspection", "kind_of_toolkit": "openwebui" | "ragflow" | "agent_strategy", "tools": [...],
      "valves_schema": {...} | null, "user_valves_schema": {...} | null,
      "ragflow": {...} | null}
     {"kind": "error", "error": "ExcType: one-line message", "traceback": "..."}
@@ -53,6 +55,15 @@ def _answer(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
     if op == "invoke":
         _network(request.get("egress"))
         return invoke.invoke(request, channel)
+    if op == "agent":
+        # A strategy never has the network: it reaches the model and tools through the host.
+        _network(None)
+        from . import agent
+
+        toolkit = loader.load(source_path)
+        if toolkit.kind != "agent_strategy":
+            raise ProtocolError("the file is not an agent strategy")
+        return agent.run(toolkit.cls, request, channel)
     raise ProtocolError(f"unknown op {op!r}")
 
 

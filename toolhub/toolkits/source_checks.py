@@ -94,7 +94,7 @@ OPEN_WEBUI_PACKAGE = "open_webui"
 
 @dataclass(frozen=True)
 class ParsedToolkit:
-    """What the static checks learnt. `kind` is "openwebui" (`class Tools`) or "ragflow"; `tool_names`
+    """What the static checks learnt. `kind` is "openwebui" (`class Tools`), "ragflow" or "agent_strategy"; `tool_names`
     are the public methods of `Tools` in source order, or a plugin's literal metadata name (else its
     class name in snake case); `imports` and `hosts` (of http(s) URLs in non-docstring literals) are
     hints for reviewing network egress, not a guarantee."""
@@ -428,8 +428,43 @@ def _find_toolkit_class(tree: ast.Module, report: _Report) -> _Found | None:
         report.add("several_plugins", message, second)
     if plugins:
         return _check_plugin(plugins[0], report)
+    strategies = [node for node in classes if any(map(_is_strategy_base, node.bases))]
+    if len(strategies) > 1:
+        second = strategies[1]
+        message = f"`class {second.name}` on line {second.lineno} is a second AgentStrategy subclass;"
+        message += f" a strategy file has one (`{strategies[0].name}`)."
+        report.add("several_strategies", message, second)
+    if strategies:
+        return _check_strategy(strategies[0], report)
     _missing_tools(tree, report)
     return None
+
+
+def _is_strategy_base(base: ast.expr) -> bool:
+    name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "")
+    return name == "AgentStrategy"
+
+
+def _check_strategy(cls: ast.ClassDef, report: _Report) -> _Found:
+    """An agent strategy (after Dify's): `_invoke(self, parameters)` must be a plain generator
+    method, since the runtime iterates what it yields; it offers no tools of its own."""
+    where = f"Agent strategy `{cls.name}` (line {cls.lineno})"
+    invoke = next((node for node in cls.body if isinstance(node, _Function) and node.name == "_invoke"), None)
+    if invoke is None:
+        message = f"{where} has no `_invoke(self, parameters)` method; it is what runs, yielding log nodes and text."
+        report.add("strategy_invoke", message, cls)
+    elif isinstance(invoke, ast.AsyncFunctionDef):
+        message = f"`_invoke` of {where} on line {invoke.lineno} must be a plain `def`, not `async def`."
+        report.add("strategy_invoke", message, invoke)
+    elif not any(isinstance(node, ast.Yield | ast.YieldFrom) for node in ast.walk(invoke)):
+        message = f"`_invoke` of {where} on line {invoke.lineno} never yields: it must yield its log nodes"
+        message += " and text messages (`yield self.create_text_message(answer)`)."
+        report.add("strategy_invoke", message, invoke)
+    elif len(invoke.args.args) != 2:
+        message = f"`_invoke` of {where} on line {invoke.lineno} takes `(self, parameters)`."
+        report.add("strategy_invoke", message, invoke)
+    description = ast.get_docstring(cls) or ""
+    return _Found("agent_strategy", cls, [], None, description.split("\n\n")[0].strip())
 
 
 def _missing_tools(tree: ast.Module, report: _Report) -> None:
@@ -450,7 +485,7 @@ def _missing_tools(tree: ast.Module, report: _Report) -> None:
             message += " without running them, so it needs `class Tools:` at module level."
             report.add("no_tools_class", message, node)
             return
-    message = "No `class Tools` at module level, and no class deriving from `LLMToolPlugin`. An Open WebUI"
+    message = "No `class Tools` at module level, and no class deriving from `LLMToolPlugin` or `AgentStrategy`. An Open WebUI"
     report.add("no_tools_class", f"{message} toolkit defines `class Tools:`, whose public methods are its tools.")
 
 
