@@ -14,6 +14,7 @@ from django.utils import translation
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.parser import Parser
 
 from toolhub.accounts import clients
 from toolhub.accounts.models import ClientCredential
@@ -73,6 +74,52 @@ class ToolHubApi(NinjaAPI):
         return patterns, app_name, namespace
 
 
+class UnstorableText(ValueError):
+    """A JSON body with text no database can store and no UTF-8 can encode."""
+
+    def __init__(self, message: str, field: str | None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class StrictJsonParser(Parser):
+    """JSON escapes can spell lone surrogates (`"\\ud800"`) and NUL (`"\\u0000"`); neither can
+    be encoded as UTF-8 or stored in PostgreSQL, so a body with one is refused with 400
+    (naming the field) before anything is stored or queued."""
+
+    def parse_body(self, request: HttpRequest):
+        data = super().parse_body(request)
+        # A toolkit's `source` is left to the static checks, which say on which line.
+        checked = {k: v for k, v in data.items() if k != "source"} if isinstance(data, dict) else data
+        where = _unstorable_at(checked, "")
+        if where is not None:
+            raise UnstorableText(
+                f"The request contains text that cannot be stored (a lone UTF-16 surrogate or a NUL character)"
+                f"{' in ' + where if where else ''}.",
+                where or None,
+            )
+        return data
+
+
+def _unstorable_at(value, path: str) -> str | None:
+    """The dotted path of the first string (or key) with a surrogate or NUL, else None."""
+    stack = [(value, path)]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node or any("\ud800" <= ch <= "\udfff" for ch in node):
+                return where
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                child = f"{where}.{key}" if where else str(key)
+                if isinstance(key, str) and _unstorable_at(key, "") is not None:
+                    return where or "a key"
+                stack.append((item, child))
+        elif isinstance(node, list):
+            stack.extend((item, f"{where}[{index}]") for index, item in enumerate(node))
+    return None
+
+
 api = ToolHubApi(
     title="ToolHub API",
     version="1",
@@ -80,6 +127,7 @@ api = ToolHubApi(
     auth=[TokenAuth(), BrowserSession()],
     urls_namespace="api",
     openapi_url="/openapi.json",
+    parser=StrictJsonParser(),
 )
 
 ERRORS = {400: s.ErrorOut, 401: s.ErrorOut, 403: s.ErrorOut, 404: s.ErrorOut, 409: s.ErrorOut, 413: s.ErrorOut, 503: s.ErrorOut}
@@ -123,7 +171,11 @@ def _not_found(request, exc):
 
 @api.exception_handler(HttpError)
 def _http_error(request, exc: HttpError):
-    return api.create_response(request, {"errors": [{"message": str(exc), "field": None, "line": None}]}, status=exc.status_code)
+    message, field = str(exc), None
+    if isinstance(exc.__cause__, UnstorableText):
+        # django-ninja wraps every parser error in "Cannot parse request body".
+        message, field = str(exc.__cause__), exc.__cause__.field
+    return api.create_response(request, {"errors": [{"message": message, "field": field, "line": None}]}, status=exc.status_code)
 
 
 @api.exception_handler(RequestDataTooBig)

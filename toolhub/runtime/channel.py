@@ -10,6 +10,7 @@ import concurrent.futures
 import itertools
 import json
 import os
+import re
 import sys
 import threading
 import traceback
@@ -21,6 +22,9 @@ MAX_ERROR_CHARS = 2000
 
 class ProtocolError(Exception):
     """The host sent something the runtime does not understand."""
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Channel:
@@ -67,7 +71,10 @@ class Channel:
     def send(self, message: dict[str, Any]) -> None:
         """Write one message; silently dropped once the final line has been written."""
         # default=repr is the last guard; callers already made values JSON-compatible.
-        data = json.dumps(message, ensure_ascii=False, default=repr).encode() + b"\n"
+        text = json.dumps(message, ensure_ascii=False, default=repr)
+        # A lone surrogate in a result or event cannot be encoded as UTF-8: it is replaced,
+        # so the message still goes out (the host replaces them as well, whatever it reads).
+        data = _LONE_SURROGATE.sub("\ufffd", text).encode() + b"\n"
         with self._write_lock:
             if self._finished:
                 return

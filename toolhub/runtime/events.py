@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from .channel import Channel
+from .channel import _LONE_SURROGATE, Channel
 
 # The host owns the timeout of an event call and answers with an error when it fires.
 # The runtime waits this much longer only as a safety net, so that it never hangs.
@@ -21,8 +21,26 @@ def jsonable(value: Any) -> Any:
     NaN and infinities as strings, anything else as its repr."""
     try:
         return json.loads(to_json(value, fallback=repr, inf_nan_mode="strings"))
-    except ValueError:  # A reference cycle.
+    except ValueError:  # A reference cycle, or text with a lone surrogate.
+        pass
+    try:
+        return json.loads(to_json(_without_surrogates(value), fallback=repr, inf_nan_mode="strings"))
+    except (ValueError, RecursionError):
         return repr(value)
+
+
+def _without_surrogates(value: Any, depth: int = 0) -> Any:
+    """Plain containers and strings with lone surrogates replaced by U+FFFD (UTF-8 cannot
+    encode them)."""
+    if depth > 100:
+        raise ValueError("nested too deep")
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_surrogates(k, depth + 1): _without_surrogates(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_surrogates(item, depth + 1) for item in value]
+    return value
 
 
 def checked_event(event: Any) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import select
 import selectors
@@ -13,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from toolhub.sandbox.limits import FINAL_KINDS, Limits
 
@@ -219,7 +221,7 @@ class Session:
                 # Anything printed after the final message is ignored.
                 continue
             try:
-                message = json.loads(line)
+                message = storable(json.loads(line))
             except ValueError:
                 message = None
             if not isinstance(message, dict):
@@ -301,6 +303,24 @@ class Session:
         for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(value: Any) -> Any:
+    """``value`` with every lone surrogate and NUL character replaced by U+FFFD.
+
+    JSON may escape both (``"\\ud800"``, ``"\\u0000"``), and neither can be encoded as UTF-8
+    or stored in a PostgreSQL text column; a sandbox's messages are cleaned as they are read, so
+    nothing a tool sends can make the worker fail after the run."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [storable(item) for item in value]
+    return value
 
 
 def _parse_json_documents(data: bytes | bytearray) -> dict:
