@@ -56,7 +56,7 @@ run: deps system data
 	$(PY) manage.py load_demo
 	@echo "ToolHub: http://127.0.0.1:$(PORT)/  (log in as admin; Ctrl-C stops the web server and the worker)"
 	@trap 'kill 0' INT TERM EXIT; \
-	  $(VENV)/bin/celery -A toolhub worker -B -Q builds,sandbox,celery -c 2 -l info \
+	  $(VENV)/bin/celery -A toolhub worker -B -Q builds,sandbox,maintenance,celery -c 2 -l info \
 	    --schedule $(DATA)/celerybeat-schedule & \
 	  $(VENV)/bin/gunicorn toolhub.wsgi -b 127.0.0.1:$(PORT) -w 2 --threads 4 \
 	    --timeout 60 --access-logfile - & \

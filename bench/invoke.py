@@ -190,10 +190,9 @@ def ready_toolkit():
     """Upload and build the toolkit in this process, the way the build worker would."""
     from django.contrib.auth import get_user_model
 
-    from toolhub.packages.tasks import build_revision
-    from toolhub.runs.tasks import introspect_revision
     from toolhub.toolkits.models import Toolkit
     from toolhub.toolkits.services import toolkit_create
+    from toolhub.toolkits.tasks import build_revision, introspect_revision
 
     user = get_user_model().objects.create_user("bench", "bench@example.org", "bench-password", is_staff=True)
     toolkit = toolkit_create(source=TOOLKIT, user=user, slug="bench_echo").toolkit
@@ -222,12 +221,12 @@ def in_process(source_path: Path, runs: int) -> tuple[list[float], list[float]]:
 def cold_sandbox(toolkit, runs: int) -> list[float]:
     from django.conf import settings
 
-    from toolhub.packages.environments import ensure_revision_environment
-    from toolhub.runs import sandbox
     from toolhub.sandbox import launcher as sandboxlib
+    from toolhub.toolkits import sandboxing as sandbox
+    from toolhub.toolkits.building import revision_environment
 
     revision = toolkit.current_revision
-    env_dir = ensure_revision_environment(revision)
+    env_dir = revision_environment(revision)
     runtime_dir = sandbox.runtime_dir()
     source_path = sandbox.source_file(revision)
     request = {
@@ -312,7 +311,7 @@ def main() -> None:
         from django.test import Client
 
         from toolhub.accounts.models import ApiToken
-        from toolhub.runs import sandbox
+        from toolhub.toolkits import sandboxing as sandbox
 
         call_command("migrate", verbosity=0)
         user, toolkit = ready_toolkit()

@@ -76,9 +76,8 @@ def upload():
 def build():
     """Run a revision's build and introspection in this process, the way the worker would:
     real pip-compile, uv, and bubblewrap sandbox, without a broker in between."""
-    from toolhub.packages.tasks import build_revision
-    from toolhub.runs.tasks import introspect_revision
     from toolhub.toolkits.models import Toolkit
+    from toolhub.toolkits.tasks import build_revision, introspect_revision
 
     def _build(toolkit):
         revision = toolkit.latest_revision()
@@ -126,7 +125,7 @@ def start_worker(tmp_path: Path, *, concurrency: int = 1) -> WorkerProcess:
     env = dict(os.environ, DATABASE_URL=_database_url())
     log = tmp_path / "worker.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", "builds,sandbox,celery",
+        [sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", "builds,sandbox,maintenance,celery",
          "-c", str(concurrency), "-l", "info", "--without-heartbeat", "--without-gossip", "--without-mingle"],
         cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
     )
@@ -186,20 +185,24 @@ def inline_tasks(monkeypatch):
     Combine with `django_capture_on_commit_callbacks(execute=True)`: the services queue
     tasks with transaction.on_commit, so this also shows that nothing is queued before the
     transaction commits. Every queued task id is recorded in the returned list."""
-    from toolhub.packages.tasks import build_revision
-    from toolhub.runs.tasks import introspect_revision
+    from django.db import transaction
+
+    from toolhub.toolkits import lifecycle
+    from toolhub.toolkits.tasks import build_revision, introspect_revision
 
     queued: list[tuple[str, int]] = []
+    tasks = {task.name: task for task in (build_revision, introspect_revision)}
 
-    def _inline(task):
-        def delay(revision_id: int) -> None:
-            queued.append((task.name.rsplit(".", 1)[-1], revision_id))
+    def enqueue(task_name: str, revision_id: int) -> None:
+        task = tasks[task_name]
+
+        def run() -> None:
+            queued.append((task_name.rsplit(".", 1)[-1], revision_id))
             task.run(revision_id)
 
-        return delay
+        transaction.on_commit(run)
 
-    monkeypatch.setattr(build_revision, "delay", _inline(build_revision))
-    monkeypatch.setattr(introspect_revision, "delay", _inline(introspect_revision))
+    monkeypatch.setattr(lifecycle, "enqueue", enqueue)
     return queued
 
 

@@ -30,11 +30,11 @@ from tests.conftest import example, start_worker, toolkit_source
 from toolhub.packages import envbuild as envlib
 from toolhub.packages.environments import environments_root
 from toolhub.packages.models import Approval, Package
-from toolhub.packages.tasks import build_revision
 from toolhub.runs.models import Invocation, RunStatus
 from toolhub.runs.tasks import reap_stale_work, run_invocation
 from toolhub.toolkits import services as toolkit_services
 from toolhub.toolkits.models import Revision, Status, Toolkit
+from toolhub.toolkits.tasks import build_revision
 
 DECIDE = "/packages/decide/"
 INTERRUPTED = "The build was interrupted (its worker stopped); press Retry to build again."
@@ -475,7 +475,7 @@ def test_with_transitive_approval_the_names_in_the_lock_wait_in_the_queue(
 def test_names_from_a_lock_hold_nothing_back_once_the_setting_is_off(
     settings, client, alice, sizes, django_capture_on_commit_callbacks
 ):
-    from toolhub.packages.services import revision_submit
+    from toolhub.toolkits.lifecycle import submit as revision_submit
 
     settings.TOOLHUB_APPROVE_TRANSITIVE = True
     Package.objects.filter(name="humanize").update(status=Approval.APPROVED)
@@ -535,7 +535,7 @@ def test_a_build_starts_the_reapers_clock_when_it_starts(alice, upload, django_c
         seen["revision"] = Revision.objects.get(pk=revision.pk)
         raise envlib.BuildFailed("stop here")
 
-    monkeypatch.setattr("toolhub.packages.tasks._lock_for", lock_and_look)
+    monkeypatch.setattr("toolhub.toolkits.building.lock_for", lock_and_look)
     build_revision.run(_revision(toolkit).pk)
     # While it ran, the build counted from its own start, not from when it was queued.
     assert seen["revision"].status_changed_at > long_ago + timedelta(hours=1)
@@ -677,9 +677,9 @@ def test_a_real_worker_builds_an_approved_toolkit(worker, client, admin, alice, 
     data = client.get("/api/v1/toolkits/friendly_sizes", **bearer(alice)).json()
     assert data["status"] == "ready"
     # The worker ran both tasks to their end, without an error.
-    finished = re.compile(r"toolhub\.runs\.tasks\.introspect_revision\[[^]]+\] (succeeded|raised)")
+    finished = re.compile(r"toolhub\.toolkits\.tasks\.introspect_revision\[[^]]+\] (succeeded|raised)")
     _wait_for(lambda: finished.search(worker.output()), timeout=30, what="the introspection task to end", worker=worker)
-    assert re.search(r"toolhub\.packages\.tasks\.build_revision\[[^]]+\] succeeded", worker.output())
+    assert re.search(r"toolhub\.toolkits\.tasks\.build_revision\[[^]]+\] succeeded", worker.output())
     assert finished.search(worker.output()).group(1) == "succeeded", worker.output()[-4000:]
 
 

@@ -28,10 +28,10 @@ from django.conf import settings as django_settings
 from tests.egress_fixtures import TestNetwork, test_network_fixture  # noqa: F401 - the fixture
 from tests.sandbox_fixtures import require_sandbox
 from toolhub.accounts.models import ApiToken
-from toolhub.packages.services import packages_approve
 from toolhub.runs.models import Invocation, RunStatus
 from toolhub.runs.services import invocation_create
 from toolhub.runs.tasks import run_invocation
+from toolhub.toolkits.lifecycle import packages_approve
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.services import toolkit_set_egress
 

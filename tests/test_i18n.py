@@ -24,7 +24,7 @@ import toolhub.urls
 from tests.conftest import EXAMPLES, example
 from toolhub.accounts.models import Profile
 from toolhub.runtime.loader import ragflow_spec
-from toolhub.toolkits import display, services, views_i18n
+from toolhub.toolkits import display, lifecycle, services, views_i18n
 from toolhub.toolkits.models import Status, Toolkit, Translation
 
 # Until toolhub/urls.py routes /i18n/setlang/ to ToolHub's own view, the tests that need it
@@ -77,7 +77,7 @@ def make_ready(toolkit: Toolkit, *, metadata: dict | None = None, valves_schema:
     revision.valves_schema = valves_schema
     revision.set_status(Status.READY)
     revision.save()
-    services.revision_became_ready(revision=revision)
+    lifecycle.promote(revision=revision)
     return Toolkit.objects.get(pk=toolkit.pk)
 
 

@@ -22,7 +22,7 @@ from django.db import connections
 from tests.conftest import example, start_worker
 from tests.sandbox_fixtures import require_sandbox, sandbox_user_names, wait_for_no_sandbox_processes
 from toolhub.accounts.models import ApiToken
-from toolhub.runs import tasks
+from toolhub.runs import engine
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.runs.services import InvocationRejected, invocation_create
 from toolhub.runs.tasks import reap_stale_work, run_invocation
@@ -199,7 +199,7 @@ def test_each_users_own_user_valves_shape_their_output(ready, alice, carol):
 
 
 def test_friendly_sizes_runs_once_its_package_is_approved(ready, upload, build, alice, admin):
-    from toolhub.packages.services import package_approve
+    from toolhub.toolkits.lifecycle import package_approve
 
     toolkit = upload(alice, example("friendly_sizes"))
     assert toolkit.current_revision.status == Status.AWAITING_APPROVAL
@@ -345,8 +345,8 @@ def test_events_are_stored_while_the_tool_still_runs(ready, alice):
 
 def test_a_silent_tool_keeps_its_heartbeat_so_the_reaper_leaves_it_alone(ready, alice, monkeypatch):
     # The tool sends nothing while it sleeps; the worker must still show it is alive.
-    monkeypatch.setattr(tasks, "HEARTBEAT_SECONDS", 0.2)
-    monkeypatch.setattr(tasks, "DEAD_AFTER_SECONDS", 1.0)
+    monkeypatch.setattr(engine, "HEARTBEAT_SECONDS", 0.2)
+    monkeypatch.setattr(engine, "DEAD_AFTER_SECONDS", 1.0)
     toolkit = ready(alice, HARNESS)
     invocation = invocation_create(toolkit=toolkit, tool="nap", arguments={"seconds": 3}, user=alice)
     thread = start_in_thread(invocation)
@@ -470,7 +470,7 @@ def test_a_worker_killed_mid_run_leaves_a_failed_invocation_and_no_process(ready
 
     # Still "running" until the reaper notices the silence.
     assert status_of(invocation) == RunStatus.RUNNING
-    monkeypatch.setattr(tasks, "DEAD_AFTER_SECONDS", 1.0)
+    monkeypatch.setattr(engine, "DEAD_AFTER_SECONDS", 1.0)
     time.sleep(1.5)
     reaped = reap_stale_work.run()
 

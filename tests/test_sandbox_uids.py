@@ -327,7 +327,7 @@ def test_a_fork_bomb_on_a_leased_uid_is_stopped_and_the_uid_comes_back(run_in_po
 
 
 def test_the_worker_glue_leases_from_the_configured_pool(settings, tmp_path: Path) -> None:
-    from toolhub.runs import sandbox as glue
+    from toolhub.toolkits import sandboxing as glue
 
     settings.TOOLHUB_SANDBOX_UIDS = 3
     settings.TOOLHUB_SANDBOX_UID_LOCK_DIR = str(tmp_path / "locks")

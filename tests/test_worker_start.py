@@ -2,7 +2,7 @@
 
 import logging
 
-from toolhub.runs.sandbox import startup_check
+from toolhub.toolkits.sandboxing import startup_check
 
 
 def test_a_worker_without_bubblewrap_says_so_at_start(settings, caplog):

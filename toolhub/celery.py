@@ -15,6 +15,6 @@ app.autodiscover_tasks()
 
 @worker_ready.connect
 def _check_sandbox(**kwargs) -> None:
-    from toolhub.runs.sandbox import startup_check
+    from toolhub.toolkits.sandboxing import startup_check
 
     startup_check()

@@ -208,9 +208,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 60 * 60
 CELERY_TASK_SOFT_TIME_LIMIT = 60 * 55
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Per task, by name. The reaper has a queue of its own, so it never waits behind the work
+# it must reap.
 CELERY_TASK_ROUTES = {
-    "toolhub.packages.tasks.*": {"queue": "builds"},
-    "toolhub.runs.tasks.*": {"queue": "sandbox"},
+    "toolhub.toolkits.tasks.build_revision": {"queue": "builds"},
+    "toolhub.toolkits.tasks.introspect_revision": {"queue": "sandbox"},
+    "toolhub.runs.tasks.run_invocation": {"queue": "sandbox"},
+    "toolhub.runs.tasks.reap_stale_work": {"queue": "maintenance"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-work": {"task": "toolhub.runs.tasks.reap_stale_work", "schedule": 30.0},

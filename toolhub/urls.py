@@ -6,12 +6,12 @@ from django.views.generic import RedirectView
 from toolhub.accounts import views as accounts
 from toolhub.agents import views as agents
 from toolhub.api.api import api
-from toolhub.packages import views as packages
 from toolhub.runs import views as runs
 from toolhub.toolkits import views as toolkits
 from toolhub.toolkits import views_access as toolkit_access
 from toolhub.toolkits import views_egress as toolkit_egress
 from toolhub.toolkits import views_i18n as toolkit_i18n
+from toolhub.toolkits import views_packages as packages
 from toolhub.toolkits import views_settings as toolkit_settings
 
 urlpatterns = [

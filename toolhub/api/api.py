@@ -29,9 +29,9 @@ from toolhub.packages.models import Approval, Package
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation
 from toolhub.runs.selectors import get_invocation_for_user
-from toolhub.toolkits import access, schema_forms, selectors, services, valves
+from toolhub.toolkits import access, lifecycle, selectors, services, valves
 from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, ToolkitSourceInvalid
-from toolhub.vault.secret_fields import MASK, mask_values, merge_submitted
+from toolhub.vault.secret_fields import MASK, mask_values
 
 logger = logging.getLogger(__name__)
 
@@ -298,14 +298,10 @@ def _valves_response(schema, stored) -> dict:
 def _valves_put(request, toolkit, schema, values: dict, owner) -> dict:
     if not schema:
         raise _error(409, "This toolkit has no settings of this kind (or is not ready yet).")
-    secrets = valves.schema_secrets(schema)
-    stored = valves.load_values(toolkit=toolkit, user=owner)
-    merged = merge_submitted(stored, values, secrets, set())
-    errors = schema_forms.validate(schema, merged)
+    merged, errors = valves.values_save(toolkit=toolkit, schema=schema, submitted=values, user=owner, by=request.user)
     if errors:
         # Per-field messages come from the schema; they never echo a submitted value.
         raise ApiError(400, [{"message": m, "field": None if f == "__all__" else f, "line": None} for f, ms in errors.items() for m in ms])
-    valves.store_values(toolkit=toolkit, values=merged, user=owner, by=request.user)
     return _valves_response(schema, merged)
 
 
@@ -366,7 +362,7 @@ def list_packages(request, status: str | None = None):
 def approve_package(request, name: str, payload: s.ApproveIn):
     _admin(request)
     try:
-        package = package_services.package_approve(name=name, user=request.user, constraint=payload.constraint or "")
+        package = lifecycle.package_approve(name=name, user=request.user, constraint=payload.constraint or "")
     except package_services.InvalidDecision as exc:
         raise _error(400, str(exc), exc.field) from None
     return package_out(package)
@@ -376,7 +372,7 @@ def approve_package(request, name: str, payload: s.ApproveIn):
 def reject_package(request, name: str, payload: s.RejectIn):
     _admin(request)
     try:
-        package = package_services.package_reject(name=name, user=request.user, reason=payload.reason)
+        package = lifecycle.package_reject(name=name, user=request.user, reason=payload.reason)
     except package_services.InvalidDecision as exc:
         raise _error(400, str(exc), exc.field) from None
     return package_out(package)

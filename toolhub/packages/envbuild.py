@@ -11,8 +11,9 @@ The API
     requirements plus `BASE_REQUIREMENTS`, with the approved constraints as a `-c` file, and
     returns the lock text. The lock names no index, find-links or paths, so it means the same
     thing on every host.
-`lock_package_names(lock) -> list[str]`
-    The PEP 503 names pinned in a lock (for the "transitive packages need approval" setting).
+`lock_pins(lock) -> dict[str, str]`, `lock_package_names(lock) -> list[str]`
+    The PEP 503 names pinned in a lock, with or without their specifiers (for the
+    "transitive packages need approval" setting).
 `environment_key(lock=, interpreter=) -> str`
     sha256 over a format tag, the interpreter's `sys.version` and the lock.
 `ensure_environment(lock=, root=, interpreter=, index=, log=, timeouts=, ...) -> Path`
@@ -85,6 +86,7 @@ __all__ = [
     "interpreter_version",
     "list_environments",
     "lock_package_names",
+    "lock_pins",
     "remove_environment",
     "remove_partial_builds",
 ]
@@ -243,16 +245,23 @@ def compile_lock(
     return output.read_text()
 
 
-def lock_package_names(lock: str) -> list[str]:
-    """The canonical names of the packages a lock pins, sorted."""
-    names: set[str] = set()
+def lock_pins(lock: str) -> dict[str, str]:
+    """The packages a lock pins, by canonical name, each with its specifier (`==1.2.3`)."""
+    pins: dict[str, str] = {}
     for line in lock.splitlines():
+        # Hash and comment lines are indented or start with "#"; options start with "-".
         if not line or line[0] in " \t#-":
             continue
         text = line.rstrip().removesuffix("\\").strip()
         with contextlib.suppress(InvalidRequirement):
-            names.add(canonicalize_name(Requirement(text).name))
-    return sorted(names)
+            requirement = Requirement(text)
+            pins[canonicalize_name(requirement.name)] = str(requirement.specifier)
+    return pins
+
+
+def lock_package_names(lock: str) -> list[str]:
+    """The canonical names of the packages a lock pins, sorted."""
+    return sorted(lock_pins(lock))
 
 
 def _clean_requirements(items: Sequence[str], *, kind: str) -> list[str]:

@@ -1,15 +1,19 @@
-"""Django-side glue for toolhub.packages.envbuild: settings in, a revision's lock and
-environment out."""
+"""Django-side glue for toolhub.packages.envbuild: settings in, locks and environments out.
+Knows nothing of toolkits: callers pass requirements and locks as text."""
 
 from __future__ import annotations
 
-import time
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from django.conf import settings
 
 from toolhub.packages import envbuild as envlib
-from toolhub.toolkits.models import Revision
+
+RUNTIME_LOCK = Path(__file__).resolve().parent.parent / "runtime" / "requirements.txt"
+
+Log = Callable[[str], None]
 
 
 def index_settings() -> envlib.IndexSettings:
@@ -35,39 +39,37 @@ def environments_root() -> Path:
     return root
 
 
-class BuildLog:
-    """Collects build output and writes it to the revision at most a few times a second,
-    so the Environment tab can show it while the build runs."""
+def runtime_lock() -> str:
+    """The runtime's own committed lock, for requirements that add nothing to it.
 
-    def __init__(self, revision: Revision, interval: float = 0.5):
-        self.revision_id = revision.pk
-        self.lines: list[str] = [revision.build_log] if revision.build_log else []
-        self.interval = interval
-        self._flushed = 0.0
-
-    def __call__(self, line: str) -> None:
-        self.lines.append(line.rstrip("\n"))
-        # A command line ("$ uv pip install ...") starts a step that may stay silent for
-        # minutes, so it is written at once: the tab then shows what the build is doing.
-        if line.startswith("$ ") or time.monotonic() - self._flushed > self.interval:
-            self.flush()
-
-    @property
-    def text(self) -> str:
-        return "\n".join(self.lines)
-
-    def flush(self) -> None:
-        self._flushed = time.monotonic()
-        Revision.objects.filter(pk=self.revision_id).update(build_log=self.text[-200_000:])
+    The committed lock carries the index options of the machine that compiled it. A stored
+    lock must mean the same thing on every host (its hash names the environment), so only
+    its pins and hashes are kept; the index comes from this host's settings."""
+    lines = RUNTIME_LOCK.read_text().splitlines(keepends=True)
+    return "".join(line for line in lines if not line.startswith("-"))
 
 
-def ensure_revision_environment(revision: Revision, log=None, *, total_seconds: float | None = None) -> Path:
-    """Build (or reuse) the environment for a revision's stored lock. Any worker host
-    calls this before running a revision, so hosts need no shared disk."""
-    if not revision.lock:
+def lock_compile(*, requirements: Sequence[str], constraints: Sequence[str], log: Log) -> str:
+    """Resolve requirements (plus the runtime's base) into a hashed lock with pip-compile."""
+    with tempfile.TemporaryDirectory(prefix="toolhub-lock-") as workdir:
+        return envlib.compile_lock(
+            requirements=list(requirements),
+            constraints=list(constraints),
+            index=index_settings(),
+            log=log,
+            timeouts=timeouts(),
+            workdir=Path(workdir),
+            cache_dir=Path(settings.DATA_DIR) / "cache" / "pip",
+        )
+
+
+def environment_ensure(*, lock: str, log: Log | None = None, total_seconds: float | None = None) -> Path:
+    """Build (or reuse) the environment of a lock on this host. Any worker host calls this
+    before running code in it, so hosts need no shared disk."""
+    if not lock:
         raise envlib.BuildFailed("the revision has no lock yet; build it first")
     return envlib.ensure_environment(
-        lock=revision.lock,
+        lock=lock,
         root=environments_root(),
         interpreter=settings.TOOLHUB_INTERPRETER,
         index=index_settings(),

@@ -9,6 +9,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from toolhub.runs.models import FINISHED, Invocation, RunStatus, Surface
+from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Status, Toolkit
 
@@ -101,8 +102,6 @@ def _enqueue(invocation_id: str) -> None:
     Left to itself, kombu retries a new broker connection for about six seconds before it
     gives up, and the caller of the API waits all that time for its 503. One quick retry is
     enough to ride out a broker that just restarted."""
-    from toolhub.runs.tasks import run_invocation
-
     with run_invocation.app.pool.acquire(block=True) as connection:
         connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2)
         run_invocation.apply_async((invocation_id,), retry=False, connection=connection)

@@ -17,7 +17,7 @@ from toolhub.runs.selectors import get_invocation_for_user, parse_invocation_id
 from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
-from toolhub.toolkits.views import _detail_context
+from toolhub.toolkits.views import detail_context
 
 HISTORY_PAGE = 25
 # Log nodes nest at most this deep on the page; deeper ones are shown at this depth. The tree
@@ -102,7 +102,7 @@ def _type_label(prop: dict, root: dict, depth: int = 0) -> str:
 @require_GET
 def toolkit_tools(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
-    ctx = _detail_context(request, toolkit, "tools")
+    ctx = detail_context(request, toolkit, "tools")
     again = request.GET.get("again")
     values_for = {}
     if again:
@@ -167,7 +167,7 @@ def tool_run(request: HttpRequest, slug: str, tool: str) -> HttpResponse:
                 return redirect("toolkit_tools", slug=toolkit.slug)
         else:
             return redirect(invocation)
-    ctx = _detail_context(request, toolkit, "tools")
+    ctx = detail_context(request, toolkit, "tools")
     ctx["tools"] = _tool_forms(revision, data=request.POST, errors_for={tool: errors}, values_for={tool: arguments})
     ctx["recent"] = _recent(request, toolkit)
     return render(request, "runs/tools.html", ctx, status=400)

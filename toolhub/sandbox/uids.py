@@ -16,7 +16,7 @@ A uid is only leased when the lock is free *and* no process of that uid is left 
 uid's rlimit count, keyring or signals with anything before it. The lock directory is root's,
 mode 0700, outside everything a sandbox can see.
 
-Django-free: the worker glue (``toolhub.runs.sandbox``) builds the pool from settings.
+Django-free: the worker glue (``toolhub.toolkits.sandboxing``) builds the pool from settings.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from toolhub.toolkits.models import Revision, Status, Toolkit
+from toolhub.sandbox.egress.rules import validate_host_pattern
+from toolhub.toolkits import lifecycle
+from toolhub.toolkits.models import Revision, Toolkit
 from toolhub.toolkits.source_checks import (
     ParsedToolkit,
     SourceError,
@@ -119,9 +121,7 @@ def toolkit_create(*, source: bytes | str, user, slug: str | None = None, filena
         with transaction.atomic():
             toolkit = Toolkit.objects.create(slug=slug, owner=user, title=parsed.title, author=parsed.manifest.get("author", ""))
             revision = _new_revision(toolkit=toolkit, parsed=parsed, user=user, number=1)
-            toolkit.current_revision = revision
-            toolkit.save(update_fields=["current_revision"])
-            _submit(revision)
+            lifecycle.uploaded(toolkit=toolkit, revision=revision)
     except IntegrityError as exc:
         # Two uploads raced for the same slug.
         raise SlugTaken(slug) from exc
@@ -141,48 +141,15 @@ def revision_upload(*, toolkit: Toolkit, source: bytes | str, user, filename: st
         revision = _new_revision(
             toolkit=toolkit, parsed=parsed, user=user, number=(latest.number + 1) if latest else 1
         )
-        current = toolkit.current_revision
-        # A working revision stays current until its successor is ready.
-        if current is None or current.status != Status.READY:
-            toolkit.current_revision = revision
-            toolkit.title = revision.title
-            toolkit.author = revision.manifest.get("author", "")
-        toolkit.updated_at = timezone.now()
-        toolkit.save()
-        _submit(revision)
+        lifecycle.uploaded(toolkit=toolkit, revision=revision)
     return UploadResult(toolkit=toolkit, revision=revision, created=True)
-
-
-def revision_became_ready(*, revision: Revision) -> None:
-    """Called by the workers: the newest ready revision becomes current, unless someone
-    rolled back to a later one in the meantime."""
-    with transaction.atomic():
-        toolkit = Toolkit.objects.select_for_update(of=("self",)).select_related("current_revision").get(pk=revision.toolkit_id)
-        current = toolkit.current_revision
-        if current is None or current.status != Status.READY or current.number < revision.number:
-            toolkit.current_revision = revision
-            toolkit.title = revision.title
-            toolkit.author = revision.manifest.get("author", "")
-            toolkit.updated_at = timezone.now()
-            toolkit.save()
 
 
 def toolkit_rollback(*, toolkit: Toolkit, number: int) -> Revision:
     revision = toolkit.revisions.filter(number=number).first()
     if revision is None:
         raise ToolkitSourceInvalid([SourceError(message=f"Revision {number} does not exist.", field="revision")])
-    with transaction.atomic():
-        toolkit.current_revision = revision
-        toolkit.title = revision.title
-        toolkit.author = revision.manifest.get("author", "")
-        toolkit.updated_at = timezone.now()
-        # Only these fields: a full save would write back whatever else this instance
-        # read earlier, undoing an egress grant made in the meantime.
-        toolkit.save(update_fields=["current_revision", "title", "author", "updated_at"])
-        if revision.status in (Status.FAILED, Status.UPLOADED) or (
-            revision.status == Status.READY and not revision.environment_key
-        ):
-            _submit(revision)
+    lifecycle.rollback(toolkit=toolkit, revision=revision)
     return revision
 
 
@@ -193,8 +160,6 @@ class InvalidEgressHosts(ValueError):
 def toolkit_set_egress(*, toolkit: Toolkit, granted: bool, hosts: list[str], by) -> Toolkit:
     """Grant or withdraw network egress. `hosts` limits it to names or `*.domain` patterns;
     an empty list means any public host. Loopback and private addresses stay refused."""
-    from toolhub.sandbox.egress.rules import validate_host_pattern
-
     cleaned = []
     # Withdrawing forgets the allowlist, so whatever else the form held does not matter.
     for raw in hosts if granted else []:
@@ -218,10 +183,3 @@ def toolkit_delete(*, toolkit: Toolkit) -> None:
     with transaction.atomic():
         Toolkit.objects.filter(pk=toolkit.pk).update(current_revision=None)
         toolkit.delete()
-
-
-def _submit(revision: Revision) -> None:
-    # Imported here: the packages app decides whether a revision waits for approval or builds.
-    from toolhub.packages.services import revision_submit
-
-    revision_submit(revision=revision)

@@ -11,9 +11,10 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
+from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Toolkit, ValveSet
 from toolhub.vault.crypto import EncryptionKeyError, Vault, parse_keys
-from toolhub.vault.secret_fields import secret_fields
+from toolhub.vault.secret_fields import merge_submitted, secret_fields
 
 
 def check_encryption_settings() -> None:
@@ -51,3 +52,19 @@ def reset_values(*, toolkit: Toolkit, user) -> None:
 
 def schema_secrets(schema: dict | None) -> set[str]:
     return secret_fields(schema) if schema else set()
+
+
+def values_save(
+    *, toolkit: Toolkit, schema: dict, submitted: dict[str, Any], user=None, by=None, clear: set[str] | None = None
+) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Save submitted valve values, the one path for pages and the API: a secret sent as the
+    mask (or left out) keeps its stored value, names in `clear` are emptied, the result is
+    validated against the schema and stored only when valid. Returns the merged values and
+    the per-field errors (empty when saved); messages never echo a submitted value."""
+    secrets = schema_secrets(schema)
+    stored = load_values(toolkit=toolkit, user=user)
+    values = merge_submitted(stored, submitted, secrets, clear or set())
+    errors = schema_forms.validate(schema, values)
+    if not errors:
+        store_values(toolkit=toolkit, values=values, user=user, by=by)
+    return values, errors

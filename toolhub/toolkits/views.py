@@ -147,7 +147,7 @@ def toolkit_new(request: HttpRequest) -> HttpResponse:
     return render(request, "toolkits/new.html", ctx)
 
 
-def _detail_context(request: HttpRequest, toolkit: Toolkit, tab: str) -> dict:
+def detail_context(request: HttpRequest, toolkit: Toolkit, tab: str) -> dict:
     revision = toolkit.current_revision
     latest = toolkit.latest_revision()
     return {
@@ -175,7 +175,7 @@ def _link(value: str) -> str | None:
 @require_GET
 def toolkit_detail(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
-    ctx = _detail_context(request, toolkit, "overview")
+    ctx = detail_context(request, toolkit, "overview")
     manifest = ctx["revision"].manifest if ctx["revision"] else {}
     ctx["manifest_rows"] = [
         {"key": key, "value": value, "href": _link(value) if key.endswith("_url") else None}
@@ -195,7 +195,7 @@ def toolkit_detail(request: HttpRequest, slug: str) -> HttpResponse:
 @require_GET
 def toolkit_source(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
-    ctx = _detail_context(request, toolkit, "source")
+    ctx = detail_context(request, toolkit, "source")
     shown = ctx["revision"]
     if request.GET.get("revision"):
         shown = toolkit.revisions.filter(number=_int(request.GET["revision"])).first()
@@ -210,7 +210,7 @@ def toolkit_source(request: HttpRequest, slug: str) -> HttpResponse:
 @require_GET
 def toolkit_revisions(request: HttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
-    ctx = _detail_context(request, toolkit, "revisions")
+    ctx = detail_context(request, toolkit, "revisions")
     ctx["revisions"] = toolkit.revisions.select_related("uploaded_by").defer("source", "build_log", "lock")
     return render(request, "toolkits/revisions.html", ctx)
 
@@ -230,7 +230,7 @@ def toolkit_diff(request: HttpRequest, slug: str) -> HttpResponse:
     b = toolkit.revisions.filter(number=_int(request.GET.get("b"))).first()
     if a is None or b is None:
         raise Http404
-    ctx = _detail_context(request, toolkit, "revisions")
+    ctx = detail_context(request, toolkit, "revisions")
     ctx.update(a=a, b=b, diff=selectors.revision_diff(a=a, b=b))
     return render(request, "toolkits/diff.html", ctx)
 
@@ -241,7 +241,7 @@ def _revision_form(request: HttpRequest, slug: str, *, template: str, tab: str, 
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
         raise PermissionDenied(_("Only the toolkit's owner and admins may upload revisions."))
-    ctx = _detail_context(request, toolkit, tab)
+    ctx = detail_context(request, toolkit, tab)
     if request.method == "POST":
 
         def submit(*, source, filename) -> HttpResponse:
@@ -322,4 +322,4 @@ def toolkit_delete(request: HttpRequest, slug: str) -> HttpResponse:
         services.toolkit_delete(toolkit=toolkit)
         messages.success(request, _("Toolkit %(slug)s deleted.") % {"slug": slug})
         return redirect("toolkit_list")
-    return render(request, "toolkits/delete.html", _detail_context(request, toolkit, "overview"))
+    return render(request, "toolkits/delete.html", detail_context(request, toolkit, "overview"))

@@ -19,7 +19,7 @@ from toolhub.accounts.roles import can_manage_toolkit
 from toolhub.toolkits import display
 from toolhub.toolkits.models import Toolkit
 from toolhub.toolkits.selectors import get_toolkit_for_user
-from toolhub.toolkits.views import _detail_context
+from toolhub.toolkits.views import detail_context
 
 # An import document larger than this is refused unread; a real one is a few kilobytes.
 MAX_IMPORT_BYTES = 1024 * 1024
@@ -35,7 +35,7 @@ def _get_translatable(request: HttpRequest, slug: str) -> Toolkit:
 
 
 def _page(request: HttpRequest, toolkit: Toolkit, *, status: int = 200, **extra) -> HttpResponse:
-    ctx = _detail_context(request, toolkit, "translations")
+    ctx = detail_context(request, toolkit, "translations")
     revision = ctx["revision"]
     rows = display.translation_table(toolkit=toolkit, revision=revision)
     used = [row for row in rows if row.used]

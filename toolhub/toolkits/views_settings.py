@@ -15,7 +15,7 @@ from toolhub.accounts.roles import is_admin
 from toolhub.toolkits import schema_forms, valves
 from toolhub.toolkits.display import resolve
 from toolhub.toolkits.selectors import get_toolkit_for_user
-from toolhub.toolkits.views import _detail_context
+from toolhub.toolkits.views import detail_context
 from toolhub.vault.secret_fields import merge_submitted
 
 
@@ -24,7 +24,7 @@ def _settings_page(request: HttpRequest, slug: str, *, admin_valves: bool) -> Ht
     if admin_valves and not is_admin(request.user):
         raise Http404
     owner = None if admin_valves else request.user
-    ctx = _detail_context(request, toolkit, "valves" if admin_valves else "settings")
+    ctx = detail_context(request, toolkit, "valves" if admin_valves else "settings")
     revision = ctx["revision"]
     schema = (revision.valves_schema if admin_valves else revision.user_valves_schema) if revision else None
     ctx["schema"] = schema
@@ -51,11 +51,14 @@ def _settings_page(request: HttpRequest, slug: str, *, admin_valves: bool) -> Ht
             return redirect(request.path)
         submitted, errors = schema_forms.parse_submission(schema, request.POST, secret_names=secrets)
         clear = schema_forms.clear_requests(schema, request.POST, secret_names=secrets)
-        values = merge_submitted(stored, submitted, secrets, clear)
+        if errors:
+            # Shown again as typed, without saving.
+            values = merge_submitted(stored, submitted, secrets, clear)
+        else:
+            values, errors = valves.values_save(
+                toolkit=toolkit, schema=schema, submitted=submitted, user=owner, by=request.user, clear=clear
+            )
         if not errors:
-            errors = schema_forms.validate(schema, values)
-        if not errors:
-            valves.store_values(toolkit=toolkit, values=values, user=owner, by=request.user)
             messages.success(request, _("Settings saved."))
             return redirect(request.path)
     else:

@@ -1,19 +1,25 @@
-"""Django-side glue for toolhub.sandbox.launcher: where sources and the runtime live on this
-host, and the limits from settings."""
+"""Django-side glue for toolhub.sandbox: running a revision's code in the sandbox on this host
+(where sources and the runtime live, the limits from settings, a per-run egress proxy). Used by
+introspection here and by the invocation engine (toolhub.runs.engine)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
 
 from toolhub.sandbox import launcher as sandboxlib
+from toolhub.sandbox.egress import EgressPolicy, ProxyHandle, run_proxy_in_thread
 from toolhub.sandbox.uids import UidPool
-from toolhub.toolkits.models import Revision
+from toolhub.toolkits.models import Revision, Toolkit
+
+logger = logging.getLogger(__name__)
 
 RUNTIME_SRC = Path(__file__).resolve().parent.parent / "runtime"
 
@@ -52,7 +58,15 @@ def runtime_dir() -> Path:
     return sandboxlib.ensure_runtime_copy(runtime_src=RUNTIME_SRC, data_dir=Path(settings.DATA_DIR))
 
 
-def run(*, revision: Revision, env_dir: Path, request: dict, on_message, limits_=None, extra_binds=()):
+def run(
+    *,
+    revision: Revision,
+    env_dir: Path,
+    request: dict,
+    on_message: Callable[[dict], dict | None],
+    limits_: sandboxlib.Limits | None = None,
+    extra_binds: Sequence[tuple[Path, str]] = (),
+) -> sandboxlib.SandboxOutcome:
     return sandboxlib.run_sandboxed(
         interpreter_env=env_dir,
         runtime_dir=runtime_dir(),
@@ -71,15 +85,13 @@ SANDBOX_SOCKET = "/run/egress.sock"
 
 
 @contextmanager
-def egress_for(toolkit):
+def egress_for(toolkit: Toolkit) -> Iterator[tuple[Sequence[tuple[Path, str]], dict | None, ProxyHandle | None]]:
     """For a toolkit with an egress grant: a filtering proxy for the length of one run, on a
     UNIX socket that is bound into the sandbox. Yields (extra_binds, request field, handle),
     or empty values when the toolkit has no grant (the sandbox then has no network)."""
     if not toolkit.egress_granted:
         yield (), None, None
         return
-    from toolhub.sandbox.egress.proxy import EgressPolicy, run_proxy_in_thread
-
     policy = EgressPolicy(
         allow_hosts=list(toolkit.egress_hosts) or None,
         max_bytes=settings.TOOLHUB_EGRESS_MAX_BYTES,
@@ -108,12 +120,21 @@ def startup_check() -> None:
     """Say at worker start, not at the first invocation, when this host cannot sandbox:
     bubblewrap, libseccomp, the sandbox user or the uid pool missing, or user namespaces
     unavailable."""
-    import logging
-
     try:
         sandboxlib.check_sandbox(sandbox_user=settings.TOOLHUB_SANDBOX_USER, bwrap=settings.TOOLHUB_BWRAP)
         pool = uid_pool()
         if pool is not None:
             pool.check()
     except sandboxlib.SandboxUnavailable as exc:
-        logging.getLogger(__name__).error("This worker cannot run toolkits: %s", exc)
+        logger.error("This worker cannot run toolkits: %s", exc)
+
+
+def outcome_reason(outcome: sandboxlib.SandboxOutcome) -> str:
+    """Why a run ended without a final message, in words for a person ("" if it did not)."""
+    if outcome.status == "timed_out":
+        return "the sandbox ran out of time"
+    if outcome.status == "limit_exceeded":
+        return f"a sandbox limit was hit ({outcome.limit})"
+    if outcome.status == "crashed":
+        return f"the sandbox process ended unexpectedly (exit code {outcome.exit_code})"
+    return ""

@@ -5,7 +5,6 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import Count, Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -16,9 +15,10 @@ from django.views.decorators.http import require_GET, require_POST
 from toolhub.accounts.roles import can_manage_toolkit, is_admin
 from toolhub.packages import services
 from toolhub.packages.models import Approval, Decision, Package, PackageRequest
-from toolhub.toolkits.models import Revision, Status
+from toolhub.toolkits import lifecycle
+from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
-from toolhub.toolkits.views import _detail_context
+from toolhub.toolkits.views import detail_context
 
 
 def _admin_only(request: HttpRequest) -> None:
@@ -81,9 +81,9 @@ def package_decide(request: HttpRequest) -> HttpResponse:
         return back
     try:
         if action == "reject":
-            services.packages_reject(names=names, user=request.user, reason=reason)
+            lifecycle.packages_reject(names=names, user=request.user, reason=reason)
         else:
-            services.packages_approve(names=names, user=request.user, constraint=request.POST.get("constraint", ""))
+            lifecycle.packages_approve(names=names, user=request.user, constraint=request.POST.get("constraint", ""))
     except services.InvalidDecision as exc:
         messages.error(request, str(exc))
         return back
@@ -100,7 +100,7 @@ def _queue_url(status: str | None) -> str:
 
 def _environment_context(request: HttpRequest, slug: str) -> dict:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
-    ctx = _detail_context(request, toolkit, "environment")
+    ctx = detail_context(request, toolkit, "environment")
     # The Environment tab follows the newest revision: that is the one being built, unless
     # a rollback is rebuilding the current one.
     latest, current = ctx["latest"], ctx["revision"]
@@ -133,18 +133,10 @@ def toolkit_retry(request: HttpRequest, slug: str) -> HttpResponse:
     if not can_manage_toolkit(request.user, toolkit):
         raise PermissionDenied(_("Only the toolkit's owner and admins may retry a build."))
     latest = toolkit.latest_revision()
-    retryable = (Status.FAILED, Status.REJECTED, Status.AWAITING_APPROVAL)
-    with transaction.atomic():
-        # Locked and checked again, so a double click queues one build, not two.
-        revision = Revision.objects.select_for_update().filter(pk=getattr(latest, "pk", None)).first()
-        if revision is None or revision.status not in retryable:
-            messages.info(request, _("There is nothing to retry."))
-            return redirect("toolkit_environment", slug=toolkit.slug)
-        revision.lock = ""
-        revision.environment_key = ""
-        revision.traceback = ""
-        revision.save(update_fields=["lock", "environment_key", "traceback"])
-        services.revision_submit(revision=revision)
+    revision = lifecycle.retry(revision_id=latest.pk) if latest is not None else None
+    if revision is None:
+        messages.info(request, _("There is nothing to retry."))
+        return redirect("toolkit_environment", slug=toolkit.slug)
     # The decisions on its packages may still hold the revision back; say what happened.
     if revision.status == Status.BUILDING:
         messages.success(request, _("Build queued again."))

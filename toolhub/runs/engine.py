@@ -1,0 +1,265 @@
+"""The invocation engine: runs one queued invocation in the sandbox, stores its events as they
+arrive, answers its `__event_call__`s, keeps its heartbeat, masks the run's secrets in
+everything stored, and records how it ended. toolhub.runs.tasks hands it invocation ids."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.utils import timezone
+
+from toolhub.packages import envbuild as envlib
+from toolhub.runs.models import Event, Invocation, RunStatus
+from toolhub.sandbox import launcher as sandboxlib
+from toolhub.toolkits import sandboxing
+from toolhub.toolkits.building import revision_environment
+from toolhub.toolkits.models import Revision
+from toolhub.toolkits.valves import load_values, schema_secrets
+from toolhub.vault.secret_fields import MASK
+
+logger = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 2.0
+# A running invocation whose worker has not beaten for this long is dead.
+DEAD_AFTER_SECONDS = 20.0
+
+
+class Scrubber:
+    """Masks the run's secret valve values in everything stored from it (events, result,
+    error, traceback): a toolkit that prints or raises a user's secret must not carry it
+    into the invocation record, which admins can read."""
+
+    def __init__(self, request: dict | None = None, revision: Revision | None = None):
+        found: set[str] = set()
+        if request is not None and revision is not None:
+            for values, schema in (
+                (request.get("valves"), revision.valves_schema),
+                (request.get("user_valves"), revision.user_valves_schema),
+            ):
+                for name in schema_secrets(schema):
+                    value = (values or {}).get(name)
+                    # Very short values would mask ordinary text and protect little.
+                    if isinstance(value, str) and len(value) >= 4:
+                        found.add(value)
+        self.secrets = sorted(found, key=len, reverse=True)
+
+    def __call__(self, value):
+        if not self.secrets:
+            return value
+        if isinstance(value, str):
+            for secret in self.secrets:
+                value = value.replace(secret, MASK)
+            return value
+        if isinstance(value, dict):
+            return {self(k): self(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        return value
+
+
+class Recorder:
+    """Receives the runtime's messages for one invocation: stores events as they arrive,
+    answers __event_call__ requests from the database, and keeps the heartbeat."""
+
+    def __init__(self, invocation: Invocation, scrub: Scrubber | None = None):
+        self.scrub = scrub or Scrubber()
+        self.invocation = invocation
+        self.seq = invocation.events.count()
+        self.beat = time.monotonic()
+
+    def __call__(self, message: dict) -> dict | None:
+        kind = message.get("kind")
+        if kind == "event":
+            event = message.get("event") or {}
+            self._store(str(event.get("type", ""))[:40], event.get("data"))
+        elif kind == "call":
+            return self._ask(message)
+        self._heartbeat()
+        return None
+
+    def _store(self, type_: str, data) -> None:
+        self.seq += 1
+        data = self.scrub(data if data is not None else {})
+        Event.objects.create(invocation=self.invocation, seq=self.seq, type=self.scrub(type_), data=data)
+
+    def _heartbeat(self, force: bool = False) -> None:
+        if force or time.monotonic() - self.beat > HEARTBEAT_SECONDS:
+            self.beat = time.monotonic()
+            Invocation.objects.filter(pk=self.invocation.pk).update(heartbeat_at=timezone.now())
+
+    def _ask(self, message: dict) -> dict:
+        call_id = message.get("call_id")
+        event = self.scrub(message.get("event") or {})
+        # Only a running invocation starts waiting (and only a waiting one resumes below):
+        # one the reaper has already ended must not come back to life.
+        Invocation.objects.filter(pk=self.invocation.pk, status=RunStatus.RUNNING).update(
+            status=RunStatus.AWAITING_INPUT, pending_call=event, call_answer=None
+        )
+        deadline = time.monotonic() + settings.TOOLHUB_EVENT_CALL_TIMEOUT
+        answer = None
+        while time.monotonic() < deadline:
+            row = Invocation.objects.filter(pk=self.invocation.pk).values("call_answer").first()
+            if row and row["call_answer"] is not None:
+                answer = row["call_answer"]
+                break
+            self._heartbeat()
+            time.sleep(0.1)
+        Invocation.objects.filter(pk=self.invocation.pk, status=RunStatus.AWAITING_INPUT).update(
+            status=RunStatus.RUNNING, pending_call=None, call_answer=None, heartbeat_at=timezone.now()
+        )
+        if answer is None:
+            self._store("call_timeout", {"call": event, "seconds": settings.TOOLHUB_EVENT_CALL_TIMEOUT})
+            return {"kind": "call_result", "call_id": call_id, "error": "timed out waiting for an answer"}
+        self._store("call_answered", {"call": event})
+        return {"kind": "call_result", "call_id": call_id, "value": answer.get("value")}
+
+
+class Heartbeat:
+    """Beats for one invocation from a thread for as long as the worker works on it.
+
+    A tool may run silently for its whole wall-clock limit (or the environment may take a
+    while to build on this host), and the reaper must not take that silence for a dead
+    worker: the beat comes from the worker, not from the tool's messages."""
+
+    def __init__(self, invocation_id) -> None:
+        self._invocation_id = invocation_id
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{invocation_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stopped.set()
+        # Bounded: a beat stuck behind a database lock must not hold up the end of the run.
+        self._thread.join(HEARTBEAT_SECONDS + 5)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stopped.wait(HEARTBEAT_SECONDS):
+                try:
+                    Invocation.objects.filter(
+                        pk=self._invocation_id, status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT]
+                    ).update(heartbeat_at=timezone.now())
+                except DatabaseError:
+                    logger.warning("heartbeat of invocation %s failed", self._invocation_id, exc_info=True)
+        finally:
+            # This thread's own connection; the task's connection is untouched.
+            connection.close()
+
+
+def run(invocation_id: str) -> None:
+    """Run one queued invocation in the sandbox and record everything it sends."""
+    # Claimed with one conditional UPDATE, not SELECT ... FOR UPDATE and a save: on SQLite a
+    # transaction that reads and then writes fails at once with "database is locked" while
+    # another connection writes (the busy timeout does not cover that upgrade), and a task
+    # that failed here would leave its invocation queued until the reaper.
+    now = timezone.now()
+    claimed = Invocation.objects.filter(pk=invocation_id, status=RunStatus.QUEUED).update(
+        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now
+    )
+    invocation = Invocation.objects.select_related("revision", "toolkit", "user").filter(pk=invocation_id).first()
+    if invocation is None or invocation.is_finished:
+        return
+    if not claimed:
+        # Redelivered after a worker died mid-run: tools may have side effects, so
+        # the call is not run twice.
+        _finish(invocation, RunStatus.FAILED, error="The worker running this invocation stopped before it finished.")
+        return
+    try:
+        request = _invoke_request(invocation)
+    except Exception as exc:  # noqa: BLE001 - an accepted invocation must always end
+        logger.exception("invocation %s could not be prepared", invocation_id)
+        _finish(invocation, RunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
+        return
+    revision = invocation.revision
+    scrub = Scrubber(request, revision)
+    try:
+        with Heartbeat(invocation.pk):
+            env_dir = revision_environment(revision)
+            with sandboxing.egress_for(invocation.toolkit) as (binds, egress, proxy):
+                request["egress"] = egress
+                outcome = sandboxing.run(
+                    revision=revision, env_dir=env_dir, request=request, on_message=Recorder(invocation, scrub),
+                    extra_binds=binds,
+                )
+                if proxy is not None:
+                    Invocation.objects.filter(pk=invocation.pk).update(egress=proxy.stop())
+    except envlib.BuildFailed as exc:
+        _finish(invocation, RunStatus.FAILED, error=f"The toolkit's environment could not be built: {exc.reason}")
+        return
+    except sandboxlib.SandboxUnavailable as exc:
+        _finish(invocation, RunStatus.FAILED, error=str(exc))
+        return
+    except Exception as exc:  # noqa: BLE001 - an accepted invocation must always end
+        logger.exception("invocation %s crashed in the worker", invocation_id)
+        _finish(invocation, RunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
+        return
+    del request
+    final = scrub(outcome.final or {})
+    outcome.stderr_tail = scrub(outcome.stderr_tail)
+    usage = {"cpu_ms": outcome.cpu_ms, "max_rss_kb": outcome.max_rss_kb}
+    if outcome.status == "timed_out":
+        _finish(invocation, RunStatus.TIMED_OUT, error=f"The tool ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s and was stopped.", limit=outcome.limit or "wall_time", **usage)
+    elif outcome.status == "limit_exceeded":
+        # A MemoryError or EFBIG still sends its final error line: keep its traceback.
+        _finish(invocation, RunStatus.FAILED, error=f"The tool hit a sandbox limit ({outcome.limit}) and was stopped.", limit=outcome.limit or "", traceback=final.get("traceback", ""), **usage)
+    elif final.get("kind") == "result":
+        _finish(invocation, RunStatus.SUCCEEDED, result=final.get("result"), result_type=final.get("result_type", "text"), **usage)
+    elif final.get("kind") == "error":
+        _finish(invocation, RunStatus.FAILED, error=final.get("error") or "The tool failed.", traceback=final.get("traceback", ""), **usage)
+    else:
+        _finish(invocation, RunStatus.FAILED, error=sandboxing.outcome_reason(outcome) or "The tool ended without a result.", traceback=outcome.stderr_tail, **usage)
+
+
+def _invoke_request(invocation: Invocation) -> dict:
+    """The request line for the runtime. Valve values are decrypted only here, into it."""
+    revision = invocation.revision
+    user = invocation.user
+    return {
+        "op": "invoke",
+        "source_path": "/opt/toolkit/toolkit.py",
+        "tool": invocation.tool,
+        "arguments": invocation.arguments,
+        "valves": load_values(toolkit=invocation.toolkit) if revision.valves_schema else None,
+        "user_valves": load_values(toolkit=invocation.toolkit, user=user) if revision.user_valves_schema else None,
+        "user": {"id": str(user.pk), "name": user.get_full_name() or user.username, "email": user.email,
+                 "role": "admin" if user.is_staff else "user"},
+        "metadata": {"toolkit": invocation.toolkit.slug, "revision": revision.number, "invocation": str(invocation.id)},
+        "messages": invocation.messages,
+        "files": invocation.files,
+        "model": None,
+        # Open WebUI passes the toolkit's id as __id__; the invocation id is in metadata.
+        "id": invocation.toolkit.slug,
+        "call_timeout": settings.TOOLHUB_EVENT_CALL_TIMEOUT,
+    }
+
+
+def _finish(invocation: Invocation, status: str, **fields) -> None:
+    fields.setdefault("finished_at", timezone.now())
+    Invocation.objects.filter(pk=invocation.pk).exclude(
+        status__in=[RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT]
+    ).update(status=status, pending_call=None, **fields)
+
+
+def reap_stale_invocations() -> int:
+    """End invocations whose worker died (running without a recent heartbeat) and those no
+    worker picked up in time; returns how many."""
+    now = timezone.now()
+    dead = Invocation.objects.filter(
+        status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT],
+        heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS),
+    )
+    n_dead = dead.update(status=RunStatus.FAILED, finished_at=now, pending_call=None,
+                         error="The worker running this invocation stopped before it finished.")
+    stale_after = timedelta(seconds=settings.TOOLHUB_STALE_AFTER_SECONDS)
+    n_unclaimed = Invocation.objects.filter(status=RunStatus.QUEUED, created_at__lt=now - stale_after).update(
+        status=RunStatus.FAILED, finished_at=now, error="No worker picked this invocation up in time."
+    )
+    return n_dead + n_unclaimed

@@ -1,0 +1,160 @@
+"""The worker's steps of a revision's lifecycle: build its environment (lock, then virtualenv)
+and inspect its tools in the sandbox. Each step reports through toolhub.toolkits.lifecycle,
+which owns the revision's status; toolhub.toolkits.tasks only hands ids to these functions."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+
+from toolhub.packages import envbuild as envlib
+from toolhub.packages import services as packages
+from toolhub.packages.environments import environment_ensure, lock_compile, runtime_lock
+from toolhub.sandbox import launcher as sandboxlib
+from toolhub.toolkits import lifecycle, sandboxing
+from toolhub.toolkits.introspection_checks import IntrospectionRefused, check_introspection
+from toolhub.toolkits.models import Revision, Status
+
+logger = logging.getLogger(__name__)
+
+Log = Callable[[str], None]
+
+
+class BuildLog:
+    """Collects build output and writes it to the revision at most a few times a second,
+    so the Environment tab can show it while the build runs."""
+
+    def __init__(self, revision: Revision, interval: float = 0.5) -> None:
+        self.revision_id = revision.pk
+        self.lines: list[str] = [revision.build_log] if revision.build_log else []
+        self.interval = interval
+        self._flushed = 0.0
+
+    def __call__(self, line: str) -> None:
+        self.lines.append(line.rstrip("\n"))
+        # A command line ("$ uv pip install ...") starts a step that may stay silent for
+        # minutes, so it is written at once: the tab then shows what the build is doing.
+        if line.startswith("$ ") or time.monotonic() - self._flushed > self.interval:
+            self.flush()
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    def flush(self) -> None:
+        self._flushed = time.monotonic()
+        Revision.objects.filter(pk=self.revision_id).update(build_log=self.text[-200_000:])
+
+
+def revision_environment(revision: Revision, log: Log | None = None, *, total_seconds: float | None = None) -> Path:
+    """Build (or reuse) the environment for a revision's stored lock on this host."""
+    return environment_ensure(lock=revision.lock, log=log, total_seconds=total_seconds)
+
+
+def lock_for(revision: Revision, log: Log) -> str:
+    constraints = packages.approved_constraints()
+    # Identical requirements under identical constraints lock identically: reuse the lock
+    # of an earlier revision rather than resolving again (pip-compile takes seconds).
+    if revision.lock and revision.environment_key:
+        return revision.lock
+    if not revision.requirements and not constraints:
+        # Nothing beyond the runtime's own needs: its committed lock is the answer.
+        log("No requirements: using the runtime's own lock")
+        return runtime_lock()
+    twin = (
+        Revision.objects.filter(requirements=revision.requirements, status=Status.READY)
+        .exclude(lock="")
+        .exclude(pk=revision.pk)
+        .order_by("-pk")
+        .first()
+    )
+    if twin is not None and not constraints:
+        log(f"Reusing the lock of {twin.toolkit_id}#{twin.number} (same requirements)")
+        return twin.lock
+    return lock_compile(requirements=revision.requirement_texts, constraints=constraints, log=log)
+
+
+def build(revision_id: int) -> None:
+    """Lock a revision's requirements and build (or reuse) its environment; introspection
+    follows on the sandbox queue."""
+    if not lifecycle.build_claim(revision_id=revision_id):
+        return
+    revision = Revision.objects.get(pk=revision_id)
+    log = BuildLog(revision)
+    # One budget for the whole build (lock and environment), as TOOLHUB_BUILD_TIMEOUT says.
+    deadline = time.monotonic() + settings.TOOLHUB_BUILD_TIMEOUT
+    try:
+        lock = lock_for(revision, log)
+        if settings.TOOLHUB_APPROVE_TRANSITIVE:
+            pins = envlib.lock_pins(lock)
+            unapproved = packages.unapproved_names(pins)
+            if unapproved:
+                log("Transitive packages need approval: " + ", ".join(sorted(unapproved)))
+                log.flush()
+                lifecycle.build_needs_approval(revision=revision, lock=lock, pins=pins)
+                return
+        revision.lock = lock
+        lifecycle.build_progress(revision_id=revision_id, detail="Building the environment", lock=lock)
+        env_dir = revision_environment(revision, log, total_seconds=max(1.0, deadline - time.monotonic()))
+    except envlib.BuildFailed as exc:
+        reason = exc.reason
+        if time.monotonic() >= deadline:
+            # The environment step only had what the lock left of the budget; name the
+            # setting's whole budget rather than that remainder.
+            reason = f"build timed out after {settings.TOOLHUB_BUILD_TIMEOUT:g} s"
+        log(f"Build failed: {reason}")
+        log.flush()
+        lifecycle.fail(revision_id=revision_id, reason=reason)
+        return
+    except Exception as exc:  # noqa: BLE001 - a build must never stay `building`
+        logger.exception("build of revision %s crashed", revision_id)
+        log(f"Build failed: {type(exc).__name__}")
+        log.flush()
+        lifecycle.fail(revision_id=revision_id, reason=f"internal error during build ({type(exc).__name__}); see the worker log")
+        return
+    log(f"Environment ready: {env_dir.name}")
+    log.flush()
+    lifecycle.built(revision_id=revision_id, environment_key=env_dir.name)
+
+
+def introspect(revision_id: int) -> None:
+    """Load the toolkit in the sandbox and read its tool specs and valve schemas."""
+    revision = Revision.objects.filter(pk=revision_id).first()
+    if revision is None or revision.status != Status.BUILDING:
+        return
+    try:
+        env_dir = revision_environment(revision)
+        outcome = sandboxing.run(
+            revision=revision, env_dir=env_dir, request={"op": "introspect", "source_path": "/opt/toolkit/toolkit.py"},
+            on_message=lambda message: None,
+        )
+        final = outcome.final or {}
+    except (envlib.BuildFailed, sandboxlib.SandboxUnavailable) as exc:
+        lifecycle.fail(revision_id=revision_id, reason=str(getattr(exc, "reason", exc)), traceback="")
+        return
+    except Exception as exc:  # noqa: BLE001 - a revision must never stay `building`
+        logger.exception("introspection of revision %s crashed in the worker", revision_id)
+        reason = f"Internal error while inspecting the toolkit ({type(exc).__name__}); see the worker log."
+        lifecycle.fail(revision_id=revision_id, reason=reason, traceback="")
+        return
+    if final.get("kind") != "introspection":
+        error = final.get("error") or sandboxing.outcome_reason(outcome) or "the toolkit could not be loaded"
+        lifecycle.fail(revision_id=revision_id, reason=f"Loading the toolkit failed: {error}",
+                       traceback=final.get("traceback", outcome.stderr_tail) or "")
+        return
+    try:
+        check_introspection(final, kind=revision.kind, tool_names=list(revision.tool_names))
+    except IntrospectionRefused as exc:
+        lifecycle.fail(revision_id=revision_id, reason=f"The toolkit's introspection was refused: {exc}.", traceback="")
+        return
+    lifecycle.ready(
+        revision=revision,
+        tools=final.get("tools") or [],
+        valves_schema=final.get("valves_schema"),
+        user_valves_schema=final.get("user_valves_schema"),
+        plugin_metadata=final.get("ragflow"),
+    )

@@ -1,0 +1,262 @@
+"""The lifecycle of a toolkit's revision: the only code that writes `Revision.status` or
+makes a revision its toolkit's current one.
+
+    uploaded ─submit─> awaiting_approval ─(packages approved)─> building ─> ready
+                  │          │                                   │  (lock, environment,
+                  │          └─(a package rejected)─> rejected    │   then introspection)
+                  └─(nothing to approve)─────────> building       └─> failed
+
+`building` has two steps that `status_detail` tells apart: the build (queue `builds`: lock and
+environment) and introspection (queue `sandbox`: the toolkit loaded in the sandbox, its specs
+and valve schemas read). A revision becomes current when it is ready and newer than the
+current one, or at once when the current one is not ready: a failed build of a new revision
+never takes down the revision that was ready before it. Rollback makes any revision current.
+
+Views, the API, commands and the worker's steps (toolhub.toolkits.building) call these
+functions; tasks are queued with `transaction.on_commit`, so a worker never sees a revision
+in a state that was not committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from celery import current_app
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from toolhub.packages import services as packages
+from toolhub.packages.models import Approval, Package, PackageRequest
+from toolhub.toolkits.models import Revision, Status, Toolkit
+
+# Where a revision can be submitted again from (the Retry button).
+RETRYABLE = (Status.FAILED, Status.REJECTED, Status.AWAITING_APPROVAL)
+
+# The worker's steps, by the names toolhub.toolkits.tasks registers them under. Queued by
+# name: the tasks call this module, so it must not import them.
+BUILD_TASK = "toolhub.toolkits.tasks.build_revision"
+INTROSPECT_TASK = "toolhub.toolkits.tasks.introspect_revision"
+
+
+def enqueue(task_name: str, revision_id: int) -> None:
+    """Queue a step for a revision once the current transaction commits."""
+    transaction.on_commit(lambda: current_app.send_task(task_name, args=[revision_id]))
+
+
+def _set(revision: Revision, status: str, detail: str = "", *fields: str) -> None:
+    revision.set_status(status, detail)
+    revision.save(update_fields=["status", "status_detail", "status_changed_at", *fields])
+
+
+# ------------------------------------------------------------------------------------------
+# From upload to `building`
+
+
+def submit(*, revision: Revision, extra_names: dict[str, str] | None = None) -> None:
+    """Record which packages a revision asks for and move it to `awaiting_approval`,
+    `rejected` or `building` (then queue its build once the transaction commits).
+    `extra_names` are transitive names found in its lock (name -> pinned specifier)."""
+    wanted = {r["name"]: r["specifier"] for r in revision.requirements}
+    with transaction.atomic():
+        packages.requests_record(revision_id=revision.pk, wanted=wanted, transitive=extra_names or {})
+        evaluate(revision=revision)
+
+
+def evaluate(*, revision: Revision) -> None:
+    """Move a revision on from what admins decided about its packages."""
+    rejected, pending = packages.request_decisions(revision_id=revision.pk)
+    if rejected:
+        detail = "; ".join(f"package {n} was rejected" + (f": {reason}" if reason else "") for n, reason in rejected)
+        _set(revision, Status.REJECTED, detail)
+    elif pending:
+        _set(revision, Status.AWAITING_APPROVAL, "Waiting for an admin to approve: " + ", ".join(pending))
+    else:
+        revision.build_log = ""
+        _set(revision, Status.BUILDING, "Queued for build", "build_log")
+        enqueue(BUILD_TASK, revision.pk)
+
+
+def retry(*, revision_id: int) -> Revision | None:
+    """Submit a failed, rejected or waiting revision again from scratch (a new lock). Returns
+    None when the revision is in no state to retry; locked and checked again, so a double
+    click queues one build, not two."""
+    with transaction.atomic():
+        revision = Revision.objects.select_for_update().filter(pk=revision_id).first()
+        if revision is None or revision.status not in RETRYABLE:
+            return None
+        revision.lock = ""
+        revision.environment_key = ""
+        revision.traceback = ""
+        revision.save(update_fields=["lock", "environment_key", "traceback"])
+        submit(revision=revision)
+    return revision
+
+
+# ------------------------------------------------------------------------------------------
+# Package decisions
+
+
+def packages_decide(*, names: Iterable[str], status: str, user: User, constraint: str = "", reason: str = "") -> list[Package]:
+    """Record one decision for each name, then move every revision that waited on them.
+    All or nothing: a bulk decision is one transaction."""
+    with transaction.atomic():
+        # Packages first, in name order, then revisions in id order: two decisions that
+        # overlap lock rows in the same order and so cannot deadlock.
+        decided = packages.decisions_record(names=names, status=status, user=user, constraint=constraint, reason=reason)
+        waiting = (
+            Revision.objects.select_for_update()
+            .filter(
+                pk__in=PackageRequest.objects.filter(package__in=decided).values("revision_id"),
+                status__in=[Status.AWAITING_APPROVAL, Status.REJECTED],
+            )
+            .order_by("pk")
+        )
+        for revision in waiting:
+            evaluate(revision=revision)
+    return decided
+
+
+def packages_approve(*, names: Iterable[str], user: User, constraint: str = "") -> list[Package]:
+    """Approve packages (an optional constraint applies to each); checks every input before
+    changing anything."""
+    cleaned, constraint = packages.clean_approval(names=names, constraint=constraint)
+    return packages_decide(names=cleaned, status=Approval.APPROVED, user=user, constraint=constraint)
+
+
+def packages_reject(*, names: Iterable[str], user: User, reason: str) -> list[Package]:
+    """Reject packages; the reason is shown to the authors of the toolkits that asked."""
+    cleaned, reason = packages.clean_rejection(names=names, reason=reason)
+    return packages_decide(names=cleaned, status=Approval.REJECTED, user=user, reason=reason)
+
+
+def package_approve(*, name: str, user: User, constraint: str = "") -> Package:
+    [package] = packages_approve(names=[name], user=user, constraint=constraint)
+    return package
+
+
+def package_reject(*, name: str, user: User, reason: str) -> Package:
+    [package] = packages_reject(names=[name], user=user, reason=reason)
+    return package
+
+
+# ------------------------------------------------------------------------------------------
+# The worker's steps (called from toolhub.toolkits.building)
+
+
+def build_claim(*, revision_id: int) -> bool:
+    """A build task takes its revision. The reaper measures a build from its last change of
+    state, so a build that waited long in the queue starts its clock now."""
+    return bool(
+        Revision.objects.filter(pk=revision_id, status=Status.BUILDING).update(
+            status_changed_at=timezone.now(), status_detail="Locking the requirements"
+        )
+    )
+
+
+def build_progress(*, revision_id: int, detail: str, **fields: object) -> None:
+    """A step of a running build (its detail, and what the step produced, e.g. the lock)."""
+    Revision.objects.filter(pk=revision_id).update(status_detail=detail, **fields)
+
+
+def build_needs_approval(*, revision: Revision, lock: str, pins: dict[str, str]) -> None:
+    """The lock pins packages that are not approved yet (TOOLHUB_APPROVE_TRANSITIVE): keep
+    the lock and wait for the admins."""
+    Revision.objects.filter(pk=revision.pk).update(lock=lock)
+    revision.refresh_from_db()
+    submit(revision=revision, extra_names=pins)
+
+
+def built(*, revision_id: int, environment_key: str) -> None:
+    """The environment is ready: inspect the toolkit in the sandbox next. A fresh clock for
+    introspection too, as it may wait behind invocations on the sandbox queue."""
+    Revision.objects.filter(pk=revision_id).update(
+        environment_key=environment_key,
+        status_detail="Inspecting the tools in the sandbox",
+        status_changed_at=timezone.now(),
+    )
+    enqueue(INTROSPECT_TASK, revision_id)
+
+
+def fail(*, revision_id: int, reason: str, traceback: str | None = None) -> None:
+    """A build or introspection failed; `traceback` (shown to owner and admins) when known."""
+    revision = Revision.objects.get(pk=revision_id)
+    fields = []
+    if traceback is not None:
+        revision.traceback = traceback
+        fields.append("traceback")
+    _set(revision, Status.FAILED, reason, *fields)
+
+
+def ready(*, revision: Revision, tools: list, valves_schema: dict | None, user_valves_schema: dict | None,
+          plugin_metadata: dict | None) -> None:
+    """Introspection succeeded: store what the toolkit defines, and promote the revision."""
+    revision.tools = tools
+    revision.valves_schema = valves_schema
+    revision.user_valves_schema = user_valves_schema
+    revision.plugin_metadata = plugin_metadata
+    revision.traceback = ""
+    revision.set_status(Status.READY, "")
+    revision.save()
+    promote(revision=revision)
+
+
+def reap_stale_builds() -> int:
+    """Fail builds that stopped making progress (their worker died); returns how many."""
+    now = timezone.now()
+    build_limit = timedelta(seconds=settings.TOOLHUB_BUILD_TIMEOUT + 120)
+    return Revision.objects.filter(status=Status.BUILDING, status_changed_at__lt=now - build_limit).update(
+        status=Status.FAILED, status_changed_at=now,
+        status_detail="The build was interrupted (its worker stopped); press Retry to build again.",
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Which revision is current
+
+
+def make_current(*, toolkit: Toolkit, revision: Revision) -> None:
+    """Point the toolkit at a revision and copy its listing fields. Only these fields are
+    written: a full save would write back whatever else this instance read earlier, undoing
+    an egress grant made in the meantime."""
+    toolkit.current_revision = revision
+    toolkit.title = revision.title
+    toolkit.author = revision.manifest.get("author", "")
+    toolkit.updated_at = timezone.now()
+    toolkit.save(update_fields=["current_revision", "title", "author", "updated_at"])
+
+
+def uploaded(*, toolkit: Toolkit, revision: Revision) -> None:
+    """A new revision was added: it is current at once when the current one is not ready
+    (a working revision stays current until its successor is ready), then it is submitted.
+    Call inside the transaction that created the revision, with the toolkit row locked."""
+    current = toolkit.current_revision
+    if current is None or current.status != Status.READY:
+        make_current(toolkit=toolkit, revision=revision)
+    else:
+        toolkit.updated_at = timezone.now()
+        toolkit.save(update_fields=["updated_at"])
+    submit(revision=revision)
+
+
+def promote(*, revision: Revision) -> None:
+    """A revision became ready: the newest ready revision becomes current, unless someone
+    rolled back to a later one in the meantime."""
+    with transaction.atomic():
+        toolkit = Toolkit.objects.select_for_update(of=("self",)).select_related("current_revision").get(pk=revision.toolkit_id)
+        current = toolkit.current_revision
+        if current is None or current.status != Status.READY or current.number < revision.number:
+            make_current(toolkit=toolkit, revision=revision)
+
+
+def rollback(*, toolkit: Toolkit, revision: Revision) -> None:
+    """Make an older (or newer) revision current again; one that has no usable environment
+    on record is submitted again."""
+    with transaction.atomic():
+        make_current(toolkit=toolkit, revision=revision)
+        if revision.status in (Status.FAILED, Status.UPLOADED) or (
+            revision.status == Status.READY and not revision.environment_key
+        ):
+            submit(revision=revision)
