@@ -803,7 +803,8 @@ def test_run_proxy_in_thread_listens_and_cleans_up(socket_dir: Path) -> None:
     handle = run_proxy_in_thread(EgressPolicy(allow_hosts=None, max_bytes=10, max_connections=1), path)
     mode = path.stat().st_mode
     assert stat.S_ISSOCK(mode)
-    assert stat.S_IMODE(mode) == 0o666
+    # Private: the worker hands it to the run's sandbox uid (tests/test_egress_host.py).
+    assert stat.S_IMODE(mode) == 0o600
     status, body = connect_status(handle, "127.0.0.1:6379")
     assert status == 403
     assert "loopback" in body
@@ -834,7 +835,7 @@ def test_the_test_only_switch_cannot_come_from_settings() -> None:
     # Settings and the UI build an EgressPolicy and call run_proxy_in_thread; neither can
     # carry the loopback exemption, and the exemption itself only accepts loopback.
     assert "test_only_loopback_targets" not in {f.name for f in fields(EgressPolicy)}
-    assert list(inspect.signature(run_proxy_in_thread).parameters) == ["policy", "socket_path"]
+    assert list(inspect.signature(run_proxy_in_thread).parameters) == ["policy", "socket_path", "socket_mode"]
     policy = EgressPolicy(allow_hosts=None, max_bytes=1, max_connections=1)
     with pytest.raises(ValueError):
         EgressProxy(policy, "/tmp/x.sock", test_only_loopback_targets=[("10.0.0.1", 80)])

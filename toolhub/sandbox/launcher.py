@@ -506,8 +506,12 @@ def run_sandboxed(
     argv: Sequence[str] = DEFAULT_ARGV,
     cgroup_root: Path | None = DEFAULT_CGROUP_ROOT,
     uid_pool: UidPool | None = None,
+    owned_paths: Sequence[Path] = (),
 ) -> SandboxOutcome:
     """Run ``argv`` in a new sandbox, exchange JSON lines with it, and say how it ended.
+
+    ``owned_paths`` are handed to this run's uid before bubblewrap starts (chowned to it): the
+    per-run egress socket (0600) and its directory (0700), so no other account can use them.
 
     With ``uid_pool`` the sandbox runs as a uid leased from it for this run alone
     (``toolhub.sandbox.uids``), and ``sandbox_user`` is not used.
@@ -527,6 +531,7 @@ def run_sandboxed(
                 extra_binds=extra_binds,
                 argv=argv,
                 cgroup_root=cgroup_root,
+                owned_paths=owned_paths,
             )
     identity = _resolve_identity(bwrap=bwrap, sandbox_user=sandbox_user)
     return _run(
@@ -541,6 +546,7 @@ def run_sandboxed(
         extra_binds=extra_binds,
         argv=argv,
         cgroup_root=cgroup_root,
+        owned_paths=owned_paths,
     )
 
 
@@ -557,8 +563,12 @@ def _run(
     extra_binds: Sequence[tuple[Path, str]],
     argv: Sequence[str],
     cgroup_root: Path | None,
+    owned_paths: Sequence[Path] = (),
 ) -> SandboxOutcome:
     source = Path(source_path).read_bytes()
+    if identity.switch:
+        for path in owned_paths:
+            os.chown(path, identity.uid, identity.gid, follow_symlinks=False)
     request_line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
 
     started = time.monotonic()

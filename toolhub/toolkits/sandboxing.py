@@ -78,6 +78,8 @@ def run(
         bwrap=settings.TOOLHUB_BWRAP,
         extra_binds=extra_binds,
         uid_pool=uid_pool(),
+        # The egress socket and its directory belong to the run's uid alone (0600 in 0700).
+        owned_paths=[path for host, target in extra_binds if target == SANDBOX_SOCKET for path in (host.parent, host)],
     )
 
 
@@ -98,10 +100,12 @@ def egress_for(toolkit: Toolkit) -> Iterator[tuple[Sequence[tuple[Path, str]], d
         max_connections=settings.TOOLHUB_EGRESS_MAX_CONNECTIONS,
     )
     # A short path: UNIX socket paths are limited to about 107 bytes.
+    # 0700, and with the socket (0600) handed to the run's sandbox uid when the run starts
+    # (`owned_paths` in `run`): no other local account can list the directory or connect.
     directory = Path(tempfile.mkdtemp(prefix="th-egress-", dir="/tmp"))
-    directory.chmod(0o711)
+    directory.chmod(0o700)
     try:
-        handle = run_proxy_in_thread(policy, directory / "egress.sock")
+        handle = run_proxy_in_thread(policy, directory / "egress.sock", socket_mode=0o600)
     except BaseException:
         shutil.rmtree(directory, ignore_errors=True)
         raise

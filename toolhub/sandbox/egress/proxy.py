@@ -64,8 +64,11 @@ from toolhub.sandbox.egress.http import (
 )
 from toolhub.sandbox.egress.rules import (
     EgressPolicy,
+    IPNetwork,
     address_refusal_reason,
     dial_address,
+    host_address_refusal_reason,
+    host_local_networks,
     host_matches_allowlist,
     host_name_refusal_reason,
     normalize_host,
@@ -197,6 +200,7 @@ class EgressProxy:
         resolver: Resolver | None = None,
         connect: Connector | None = None,
         socket_mode: int = 0o666,
+        local_networks: Callable[[], list[IPNetwork]] | None = None,
         test_only_loopback_targets: Collection[tuple[str, int]] = (),
     ) -> None:
         self.policy = policy
@@ -204,6 +208,7 @@ class EgressProxy:
         self.socket_mode = socket_mode
         self._resolve = resolver or _system_resolver
         self._connect = connect or _open_tcp
+        self._local_networks = local_networks or host_local_networks
         self._test_targets = frozenset(
             (str(ipaddress.ip_address(ip)), int(port)) for ip, port in test_only_loopback_targets
         )
@@ -308,7 +313,7 @@ class EgressProxy:
         """Resolve once and return the addresses to dial, refusing if any of them is not public."""
         with contextlib.suppress(ValueError):
             literal = ipaddress.ip_address(name)
-            reason = address_refusal_reason(literal)
+            reason = address_refusal_reason(literal) or host_address_refusal_reason(literal, self._local_networks())
             if reason is not None:
                 raise _Refused(f"{literal} is {reason}; ToolHub only connects to public addresses")
             return [dial_address(literal)]
@@ -322,12 +327,15 @@ class EgressProxy:
         if not found:
             raise _Failed(f"could not resolve {name}: no addresses")
         addresses: list[str] = []
+        # Read for every connection: the host's own addresses, public ones included, are never
+        # a destination (a service bound to 0.0.0.0 on the worker host would answer).
+        local = self._local_networks()
         for text in found:
             try:
                 ip = ipaddress.ip_address(text)
             except ValueError:
                 raise _Refused(f"{name} resolves to something that is not an address") from None
-            reason = address_refusal_reason(ip)
+            reason = address_refusal_reason(ip) or host_address_refusal_reason(ip, local)
             if reason is not None and (str(ip), port) not in self._test_targets:
                 raise _Refused(f"{name} resolves to {ip}, which is {reason}; ToolHub only connects to public addresses")
             addresses.append(dial_address(ip))
@@ -742,9 +750,12 @@ def start_proxy_thread(proxy: EgressProxy) -> ProxyHandle:
     return ProxyHandle(proxy).start()
 
 
-def run_proxy_in_thread(policy: EgressPolicy, socket_path: str | os.PathLike[str]) -> ProxyHandle:
-    """Start the egress proxy for one invocation; call `.stop()` afterwards to get the report."""
-    return start_proxy_thread(EgressProxy(policy, socket_path))
+def run_proxy_in_thread(
+    policy: EgressPolicy, socket_path: str | os.PathLike[str], *, socket_mode: int = 0o600
+) -> ProxyHandle:
+    """Start the egress proxy for one invocation; call `.stop()` afterwards to get the report.
+    The socket is private (0600) by default: the caller hands it to the run's sandbox uid."""
+    return start_proxy_thread(EgressProxy(policy, socket_path, socket_mode=socket_mode))
 
 
 __all__ = [

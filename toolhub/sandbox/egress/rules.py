@@ -24,6 +24,7 @@ import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -186,6 +187,57 @@ def address_refusal_reason(address: str | IPAddress) -> str | None:
             return reason
     if not ip.is_global:
         return "not a public internet address"
+    return None
+
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+_FIB_ENTRY = re.compile(r"[|+]-- ([0-9.]+)(?: ([0-9]+))?")
+_FIB_LOCAL = re.compile(r"/([0-9]+) host LOCAL")
+
+
+def host_local_networks(
+    fib_trie: str | None = None, if_inet6: str | None = None
+) -> list[IPNetwork]:
+    """Every address (as networks) that this host's own network stack answers for: the kernel's
+    local routes from ``/proc/net/fib_trie`` (IPv4: each interface address, and local ranges
+    such as ``127.0.0.0/8``) and the addresses in ``/proc/net/if_inet6``. Read anew on each
+    call, because interfaces come and go; the texts can be passed in for tests."""
+    networks: list[IPNetwork] = []
+    if fib_trie is None:
+        with contextlib.suppress(OSError):
+            fib_trie = Path("/proc/net/fib_trie").read_text()
+    if if_inet6 is None:
+        with contextlib.suppress(OSError):
+            if_inet6 = Path("/proc/net/if_inet6").read_text()
+    last: str | None = None
+    for line in (fib_trie or "").splitlines():
+        entry = _FIB_ENTRY.search(line)
+        if entry:
+            last = entry.group(1)
+            continue
+        local = _FIB_LOCAL.search(line)
+        if local and last is not None:
+            with contextlib.suppress(ValueError):
+                networks.append(ipaddress.ip_network(f"{last}/{local.group(1)}", strict=False))
+    for line in (if_inet6 or "").splitlines():
+        fields = line.split()
+        if fields and len(fields[0]) == 32:
+            with contextlib.suppress(ValueError):
+                networks.append(ipaddress.ip_network(ipaddress.IPv6Address(int(fields[0], 16))))
+    return list(dict.fromkeys(networks))
+
+
+def host_address_refusal_reason(address: str | IPAddress, networks: Iterable[IPNetwork]) -> str | None:
+    """Why ``address`` is refused as one of this host's own (see `host_local_networks`), or None.
+    An IPv6 address that embeds one of them counts too."""
+    ip = ipaddress.ip_address(address) if isinstance(address, str) else address
+    candidates: list[IPAddress] = [ip]
+    if isinstance(ip, ipaddress.IPv6Address):
+        candidates += [inner for inner, _mapping in _embedded_ipv4(ip)]
+    for candidate in candidates:
+        for network in networks:
+            if candidate.version == network.version and candidate in network:
+                return "an address of the worker host itself"
     return None
 
 
