@@ -21,11 +21,11 @@ import pytest
 
 from tests.egress_fixtures import TestNetwork, test_network_fixture  # noqa: F401 - the fixture
 from tests.sandbox_fixtures import require_sandbox
-from toolhub.runs import sandbox as run_sandbox
 from toolhub.runs.models import RunStatus
 from toolhub.runs.services import invocation_create
 from toolhub.runs.tasks import run_invocation
 from toolhub.sandbox.egress.rules import host_address_refusal_reason, host_local_networks
+from toolhub.toolkits import sandboxing as run_sandbox
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.services import toolkit_set_egress
 
