@@ -290,7 +290,9 @@ def test_create_answers_400_for_a_lone_surrogate(as_alice):
     # JSON can carry "\ud800", which no UTF-8 file can hold.
     source = V1.replace("Grace Hopper", "Grace \ud800 Hopper")
     errors = _is_error(as_alice.post("/toolkits", {"source": source}), 400)
-    assert "not valid UTF-8" in errors[0]["message"]
+    # Refused by the one check at the edge (toolhub.edge), which still says where.
+    assert "cannot be stored (a lone UTF-16 surrogate) at line 3, column 15" in errors[0]["message"]
+    assert errors[0]["field"] == "source"
     assert errors[0]["line"] == 3
     assert _nothing_stored()
 

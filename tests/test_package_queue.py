@@ -298,10 +298,13 @@ def test_the_api_lists_packages_by_status(client, admin, bearer, sizes, bars):
                 "status": "pending",
                 "constraint": "",
                 "requested_by": [{"toolkit": "bars", "revision": 1, "specifier": ">=1.2"}],
+                "requested_count": 1,
                 "reviewed_by": None,
                 "reason": "",
             }
-        ]
+        ],
+        "count": 1,
+        "next_offset": None,
     }
     [approved] = client.get(API, {"status": "approved"}, **headers).json()["items"]
     assert (approved["name"], approved["constraint"], approved["reviewed_by"]) == ("humanize", ">=4", "admin")
@@ -309,7 +312,7 @@ def test_the_api_lists_packages_by_status(client, admin, bearer, sizes, bars):
         {"toolkit": "bars", "revision": 1, "specifier": ""},
         {"toolkit": "sizes", "revision": 1, "specifier": ">=4"},
     ]
-    assert client.get(API, {"status": "rejected"}, **headers).json() == {"items": []}
+    assert client.get(API, {"status": "rejected"}, **headers).json() == {"items": [], "count": 0, "next_offset": None}
     assert [p["name"] for p in client.get(API, **headers).json()["items"]] == ["foo-bar", "humanize"]
 
 
@@ -383,7 +386,7 @@ def test_the_api_refuses_an_unknown_status(client, admin, bearer):
     response = client.get(API, {"status": "maybe"}, **bearer(admin))
     assert response.status_code == 400
     assert response.json() == {
-        "errors": [{"message": "status must be pending, approved or rejected.", "field": "status", "line": None}]
+        "errors": [{"message": "Input should be 'pending', 'approved' or 'rejected'", "field": "status", "line": None}]
     }
 
 

@@ -74,6 +74,9 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
+    # Before anything reads the database: NUL, invalid Unicode, non-finite numbers, big bodies
+    # (after the language is chosen from the cookie and Accept-Language, so refusals are translated).
+    "toolhub.edge.BoundedInputMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

@@ -8,14 +8,16 @@ import logging
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db.models import Count, Prefetch
 from django.http import Http404, HttpRequest, HttpResponseNotAllowed, JsonResponse
 from django.urls import re_path
 from django.utils import translation
 from django.views.decorators.csrf import csrf_exempt
-from ninja import NinjaAPI, Status
+from ninja import NinjaAPI, Path, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
+from toolhub import edge
 from toolhub.accounts import clients
 from toolhub.accounts.models import ClientCredential
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
@@ -25,7 +27,7 @@ from toolhub.api import schemas as s
 from toolhub.api.auth import BrowserSession, TokenAuth
 from toolhub.api.serializers import invocation_out, model_connection_out, package_out, toolkit_out, toolkit_summary
 from toolhub.packages import services as package_services
-from toolhub.packages.models import Approval, Package
+from toolhub.packages.models import Package, PackageRequest
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation
 from toolhub.runs.selectors import get_invocation_for_user
@@ -74,50 +76,17 @@ class ToolHubApi(NinjaAPI):
         return patterns, app_name, namespace
 
 
-class UnstorableText(ValueError):
-    """A JSON body with text no database can store and no UTF-8 can encode."""
-
-    def __init__(self, message: str, field: str | None) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class StrictJsonParser(Parser):
-    """JSON escapes can spell lone surrogates (`"\\ud800"`) and NUL (`"\\u0000"`); neither can
-    be encoded as UTF-8 or stored in PostgreSQL, so a body with one is refused with 400
-    (naming the field) before anything is stored or queued."""
+class EdgeCheckedParser(Parser):
+    """The body as toolhub.edge's middleware parsed and checked it (no NUL, no lone
+    surrogate, no non-finite number), so one check serves the API and the pages alike.
+    A request that did not pass the middleware (none should) gets the same check here."""
 
     def parse_body(self, request: HttpRequest):
-        data = super().parse_body(request)
-        # A toolkit's `source` is left to the static checks, which say on which line.
-        checked = {k: v for k, v in data.items() if k != "source"} if isinstance(data, dict) else data
-        where = _unstorable_at(checked, "")
-        if where is not None:
-            raise UnstorableText(
-                f"The request contains text that cannot be stored (a lone UTF-16 surrogate or a NUL character)"
-                f"{' in ' + where if where else ''}.",
-                where or None,
-            )
-        return data
-
-
-def _unstorable_at(value, path: str) -> str | None:
-    """The dotted path of the first string (or key) with a surrogate or NUL, else None."""
-    stack = [(value, path)]
-    while stack:
-        node, where = stack.pop()
-        if isinstance(node, str):
-            if "\x00" in node or any("\ud800" <= ch <= "\udfff" for ch in node):
-                return where
-        elif isinstance(node, dict):
-            for key, item in node.items():
-                child = f"{where}.{key}" if where else str(key)
-                if isinstance(key, str) and _unstorable_at(key, "") is not None:
-                    return where or "a key"
-                stack.append((item, child))
-        elif isinstance(node, list):
-            stack.extend((item, f"{where}[{index}]") for index, item in enumerate(node))
-    return None
+        document = getattr(request, edge.PARSED_JSON, edge.MISSING)
+        if document is edge.MISSING:
+            document = edge.loads_strict(request.body)
+            edge.check_json(document)
+        return document
 
 
 api = ToolHubApi(
@@ -127,7 +96,7 @@ api = ToolHubApi(
     auth=[TokenAuth(), BrowserSession()],
     urls_namespace="api",
     openapi_url="/openapi.json",
-    parser=StrictJsonParser(),
+    parser=EdgeCheckedParser(),
 )
 
 ERRORS = {400: s.ErrorOut, 401: s.ErrorOut, 403: s.ErrorOut, 404: s.ErrorOut, 409: s.ErrorOut, 413: s.ErrorOut, 503: s.ErrorOut}
@@ -171,11 +140,12 @@ def _not_found(request, exc):
 
 @api.exception_handler(HttpError)
 def _http_error(request, exc: HttpError):
-    message, field = str(exc), None
-    if isinstance(exc.__cause__, UnstorableText):
+    message, field, line = str(exc), None, None
+    if isinstance(exc.__cause__, edge.BadInput):
         # django-ninja wraps every parser error in "Cannot parse request body".
-        message, field = str(exc.__cause__), exc.__cause__.field
-    return api.create_response(request, {"errors": [{"message": message, "field": field, "line": None}]}, status=exc.status_code)
+        cause = exc.__cause__
+        message, field, line = edge.refusal(cause), cause.field, cause.line
+    return api.create_response(request, {"errors": [{"message": message, "field": field, "line": line}]}, status=exc.status_code)
 
 
 @api.exception_handler(RequestDataTooBig)
@@ -347,35 +317,66 @@ def _admin(request) -> None:
         raise Http404
 
 
+PACKAGES_PAGE = 100
+PACKAGES_PAGE_MAX = 500
+# The revisions listed per package; `requested_count` says how many there are.
+REQUESTED_BY_MAX = 50
+PACKAGE_NAME_MAX = 200
+
+
+def _with_requests(qs):
+    # Only the columns shown: a revision's source, lock and build log stay in the database.
+    requests = (
+        PackageRequest.objects.select_related("revision__toolkit")
+        .only("package_id", "specifier", "revision__number", "revision__toolkit__slug")
+        .order_by("revision__toolkit__slug", "revision__number")
+    )
+    return (
+        qs.select_related("reviewed_by").order_by("name")
+        .annotate(requested_count=Count("requests"))
+        .prefetch_related(Prefetch("requests", queryset=requests[:REQUESTED_BY_MAX], to_attr="shown_requests"))
+    )
+
+
+def _package(package: Package) -> dict:
+    return package_out(_with_requests(Package.objects.filter(pk=package.pk)).get())
+
+
 @api.get("/packages", response={200: s.PackageList, **ERRORS}, tags=["packages"])
-def list_packages(request, status: str | None = None):
+def list_packages(
+    request,
+    status: s.PackageStatus | None = None,
+    limit: int = Query(PACKAGES_PAGE, ge=1, le=PACKAGES_PAGE_MAX),
+    offset: int = Query(0, ge=0, le=2**31 - 1),
+):
     _admin(request)
-    qs = Package.objects.select_related("reviewed_by").prefetch_related("requests__revision__toolkit")
+    qs = Package.objects.all()
     if status:
-        if status not in Approval.values:
-            raise _error(400, "status must be pending, approved or rejected.", "status")
         qs = qs.filter(status=status)
-    return {"items": [package_out(p) for p in qs]}
+    count = qs.count()
+    page = list(_with_requests(qs)[offset:offset + limit])
+    following = offset + limit if offset + limit < count else None
+    return {"items": [package_out(p) for p in page], "count": count, "next_offset": following}
 
 
 @api.post("/packages/{name}/approve", response={200: s.PackageOut, **ERRORS}, tags=["packages"])
-def approve_package(request, name: str, payload: s.ApproveIn):
+def approve_package(request, payload: s.ApproveIn, name: str = Path(..., max_length=PACKAGE_NAME_MAX)):
     _admin(request)
     try:
         package = lifecycle.package_approve(name=name, user=request.user, constraint=payload.constraint or "")
     except package_services.InvalidDecision as exc:
         raise _error(400, str(exc), exc.field) from None
-    return package_out(package)
+    return _package(package)
 
 
 @api.post("/packages/{name}/reject", response={200: s.PackageOut, **ERRORS}, tags=["packages"])
-def reject_package(request, name: str, payload: s.RejectIn):
+def reject_package(request, payload: s.RejectIn, name: str = Path(..., max_length=PACKAGE_NAME_MAX)):
     _admin(request)
     try:
         package = lifecycle.package_reject(name=name, user=request.user, reason=payload.reason)
     except package_services.InvalidDecision as exc:
         raise _error(400, str(exc), exc.field) from None
-    return package_out(package)
+    return _package(package)
 
 
 # CLIENT CREDENTIALS (admins)

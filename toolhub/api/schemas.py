@@ -1,9 +1,25 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from ninja import Schema
-from pydantic import Field
+from pydantic import ConfigDict, Field
+
+# What the API accepts, stated in the OpenAPI document too (lengths are those of the columns).
+SLUG_PATTERN = r"^[a-z0-9_]{1,64}$"
+RevisionStatus = Literal["uploaded", "awaiting_approval", "building", "ready", "failed", "rejected"]
+PackageStatus = Literal["pending", "approved", "rejected"]
+RunStatus = Literal["queued", "running", "awaiting_input", "succeeded", "failed", "timed_out"]
+MAX_REASON_CHARS = 2000
+MAX_CONSTRAINT_CHARS = 200
+MAX_MESSAGES = 1000
+MAX_FILES = 100
+
+
+class StrictBody(Schema):
+    """A request body: a JSON object with only the documented keys."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class ErrorItem(Schema):
@@ -16,17 +32,17 @@ class ErrorOut(Schema):
     errors: list[ErrorItem]
 
 
-class ToolkitIn(Schema):
-    source: str
-    slug: str | None = None
+class ToolkitIn(StrictBody):
+    source: str = Field(min_length=1)
+    slug: str | None = Field(default=None, pattern=SLUG_PATTERN, max_length=64)
 
 
-class SourceIn(Schema):
-    source: str
+class SourceIn(StrictBody):
+    source: str = Field(min_length=1)
 
 
-class RollbackIn(Schema):
-    revision: int
+class RollbackIn(StrictBody):
+    revision: int = Field(ge=1, le=2**31 - 1)
 
 
 class RevisionOut(Schema):
@@ -35,7 +51,7 @@ class RevisionOut(Schema):
     version: str
     created_at: str
     uploaded_by: str
-    status: str
+    status: RevisionStatus
 
 
 class ToolkitSummary(Schema):
@@ -43,7 +59,7 @@ class ToolkitSummary(Schema):
     title: str
     version: str
     revision: int | None
-    status: str
+    status: RevisionStatus
     tool_names: list[str]
 
 
@@ -79,7 +95,7 @@ class ToolkitList(Schema):
     items: list[ToolkitSummary]
 
 
-class ValvesIn(Schema):
+class ValvesIn(StrictBody):
     values: dict[str, Any]
 
 
@@ -96,33 +112,37 @@ class PackageRequestOut(Schema):
 
 class PackageOut(Schema):
     name: str
-    status: str
+    status: PackageStatus
     constraint: str
     requested_by: list[PackageRequestOut]
+    # How many revisions ask for it; `requested_by` lists the first of them only.
+    requested_count: int
     reviewed_by: str | None
     reason: str
 
 
 class PackageList(Schema):
     items: list[PackageOut]
+    count: int
+    next_offset: int | None
 
 
-class ApproveIn(Schema):
-    constraint: str | None = None
+class ApproveIn(StrictBody):
+    constraint: str | None = Field(default=None, max_length=MAX_CONSTRAINT_CHARS)
 
 
-class RejectIn(Schema):
-    reason: str = Field(min_length=1)
+class RejectIn(StrictBody):
+    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
-class InvokeIn(Schema):
+class InvokeIn(StrictBody):
     arguments: dict[str, Any] = Field(default_factory=dict)
     wait: bool = True
-    messages: list[Any] | None = None
-    files: list[Any] | None = None
+    messages: list[Any] | None = Field(default=None, max_length=MAX_MESSAGES)
+    files: list[Any] | None = Field(default=None, max_length=MAX_FILES)
 
 
-class RespondIn(Schema):
+class RespondIn(StrictBody):
     value: Any = None
 
 
@@ -138,7 +158,7 @@ class InvocationOut(Schema):
     revision: int
     tool: str
     arguments: dict[str, Any]
-    status: str
+    status: RunStatus
     result: Any = None
     error: str | None
     events: list[EventOut]
@@ -155,7 +175,7 @@ class InvocationOut(Schema):
 
 class QueuedOut(Schema):
     id: str
-    status: str
+    status: RunStatus
 
 
 class ModelConnectionIn(Schema):

@@ -85,14 +85,16 @@ def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
 
 
 def package_out(package) -> dict:
+    """A package annotated with `requested_count`, the first of its requests in `shown_requests`."""
     return {
         "name": package.name,
         "status": package.status,
         "constraint": package.constraint,
         "requested_by": [
             {"toolkit": r.revision.toolkit.slug, "revision": r.revision.number, "specifier": r.specifier}
-            for r in package.requests.all()
+            for r in package.shown_requests
         ],
+        "requested_count": package.requested_count,
         "reviewed_by": package.reviewed_by.username if package.reviewed_by else None,
         "reason": package.reason,
     }

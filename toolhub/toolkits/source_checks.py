@@ -30,6 +30,14 @@ from packaging.requirements import Requirement as _PackagingRequirement
 from packaging.utils import canonicalize_name
 
 MAX_SOURCE_BYTES = 512 * 1024
+# Counts and lengths a toolkit may not exceed: each requirement becomes a package row and
+# a line in the admins' queue, and every name is stored in a column of this length.
+MAX_REQUIREMENTS = 100
+MAX_IMPORTS = 300
+MAX_HOSTS = 300
+MAX_TOOLS = 200
+MAX_NAME_CHARS = 200
+MAX_SPECIFIER_CHARS = 200
 
 _KEY_LINE = re.compile(r"^\s*([a-z_]+):\s*(.*)\s*$", re.IGNORECASE)
 _OPENERS = ('"""', "'''")
@@ -245,7 +253,21 @@ def _parse_requirements(entry: _Entry, errors: list[SourceError]) -> list[Requir
             continue
         parsed = _PackagingRequirement(token)
         name, specifier = canonicalize_name(parsed.name), str(parsed.specifier)
+        if len(name) > MAX_NAME_CHARS or len(specifier) > MAX_SPECIFIER_CHARS:
+            what = "name" if len(name) > MAX_NAME_CHARS else "version specifier"
+            limit = MAX_NAME_CHARS if what == "name" else MAX_SPECIFIER_CHARS
+            shown = token if len(token) <= 60 else token[:57] + "..."
+            message = f"`{shown}` in `requirements:` on line {entry.line} has a {what} longer than {limit} characters."
+            errors.append(SourceError(message, entry.line, column, code="requirement_too_long"))
+            continue
         requirements.append(Requirement(name, specifier, str(parsed), entry.line))
+    distinct = {r.name for r in requirements}
+    if len(distinct) > MAX_REQUIREMENTS:
+        message = (
+            f"`requirements:` on line {entry.line} lists {len(distinct)} packages; a toolkit may ask for at most"
+            f" {MAX_REQUIREMENTS}."
+        )
+        errors.append(SourceError(message, entry.line, entry.column, code="too_many_requirements"))
     return requirements
 
 
@@ -312,13 +334,17 @@ def parse_toolkit_source(data: bytes | str, *, filename: str | None = None) -> P
         raise ToolkitSourceInvalid(report.errors)
 
     cls = found.cls
+    # One walk serves every list: walking a 512 KiB file's tree takes most of a second.
+    nodes = list(ast.walk(tree))
+    imports, hosts = _imports(nodes), _hosts(nodes)
+    _check_counts(cls, found, nodes, imports, hosts, report)
+    if report.errors:
+        raise ToolkitSourceInvalid(report.errors)
     stem = _filename_stem(filename)
     title = manifest.get("title") or stem or cls.name
     # A `$t:` title is a translation key, a poor slug; the file or class name is better.
     slug_source = (stem or cls.name) if title.startswith("$t:") else title
     nested = {node.name for node in cls.body if isinstance(node, ast.ClassDef)}
-    # One walk serves both lists: walking a 512 KiB file's tree takes most of a second.
-    nodes = list(ast.walk(tree))
     return ParsedToolkit(
         kind=found.kind,
         source=source,
@@ -334,12 +360,45 @@ def parse_toolkit_source(data: bytes | str, *, filename: str | None = None) -> P
         has_user_valves="UserValves" in nested,
         class_name=cls.name,
         plugin_version=found.plugin_version,
-        imports=_imports(nodes),
-        hosts=_hosts(nodes),
+        imports=imports,
+        hosts=hosts,
         suggested_slug=slugify(slug_source),
         manifest_lines=manifest_lines,
         import_sites=_import_sites(tree),
     )
+
+
+def _check_counts(
+    cls: ast.ClassDef, found: _Found, nodes: list[ast.AST], imports: list[str], hosts: list[str], report: _Report
+) -> None:
+    """Tools, their names, imported modules and hosts are stored and listed: each is bounded."""
+    methods = {node.name: node for node in cls.body if isinstance(node, _Function)}
+    if len(found.tool_names) > MAX_TOOLS:
+        name = found.tool_names[MAX_TOOLS]
+        message = f"`{cls.name}` has {len(found.tool_names)} tools; a toolkit may have at most {MAX_TOOLS}."
+        report.add("too_many_tools", message, methods.get(name, cls))
+    for name in found.tool_names:
+        if len(name) > MAX_NAME_CHARS:
+            where = methods.get(name, cls)
+            message = f"The tool name on line {where.lineno} is {len(name)} characters long; at most {MAX_NAME_CHARS}."
+            report.add("tool_name_too_long", message, where)
+    if len(imports) > MAX_IMPORTS:
+        extra = imports[MAX_IMPORTS]
+        node = _first_import_of(nodes, extra)
+        message = f"The file imports {len(imports)} different modules; a toolkit may import at most {MAX_IMPORTS}."
+        report.add("too_many_imports", message, node)
+    if len(hosts) > MAX_HOSTS:
+        message = f"The file names {len(hosts)} different hosts in URLs; a toolkit may name at most {MAX_HOSTS}."
+        report.add("too_many_hosts", message)
+
+
+def _first_import_of(nodes: list[ast.AST], module: str) -> ast.stmt | None:
+    for node in nodes:
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == module for a in node.names):
+            return node
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == module:
+            return node
+    return None
 
 
 def _refuse(code: str, message: str, line: int | None = None, column: int | None = None) -> ToolkitSourceInvalid:
