@@ -66,10 +66,12 @@ run: deps system data
 # the embedded broker.
 test: dev-deps system-test wheelhouse
 	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/ruff check .
+	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/mypy
 	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 lint: dev-deps
 	$(VENV)/bin/ruff check .
+	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/mypy
 
 lock: deps
 	$(VENV)/bin/pip-compile -q --generate-hashes --allow-unsafe --strip-extras -o requirements.txt requirements.in

@@ -7,7 +7,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 
 def is_admin(user: AbstractBaseUser | AnonymousUser) -> bool:
-    return bool(user.is_authenticated and user.is_active and user.is_staff)
+    return bool(user.is_authenticated and user.is_active and getattr(user, "is_staff", False))
 
 
 def can_upload(user) -> bool:

@@ -10,6 +10,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
 from toolhub.accounts import clients
+from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.models import DEFAULT_USER_HEADER, ApiToken, ClientCredential
 from toolhub.accounts.roles import is_admin
 
@@ -17,7 +18,7 @@ from toolhub.accounts.roles import is_admin
 @never_cache  # The response to the POST holds a secret; no cache may keep it.
 @login_required
 @require_http_methods(["GET", "POST"])
-def api_tokens(request: HttpRequest) -> HttpResponse:
+def api_tokens(request: AuthenticatedHttpRequest) -> HttpResponse:
     new_token = None
     if request.method == "POST":
         name = request.POST.get("name", "").strip()[:100] or _("Unnamed token")
@@ -30,7 +31,7 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def api_token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+def api_token_revoke(request: AuthenticatedHttpRequest, token_id: int) -> HttpResponse:
     token = ApiToken.objects.filter(pk=token_id, user=request.user).first()
     if token is None:
         raise Http404
@@ -49,7 +50,7 @@ def _admin_only(request: HttpRequest) -> None:
 @never_cache  # The response to the POST holds a secret; no cache may keep it.
 @login_required
 @require_http_methods(["GET", "POST"])
-def client_list(request: HttpRequest) -> HttpResponse:
+def client_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The admins' page of client credentials: one per LLM application."""
     _admin_only(request)
     new_token = None
@@ -71,7 +72,7 @@ def client_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def client_revoke(request: HttpRequest, client_id: int) -> HttpResponse:
+def client_revoke(request: AuthenticatedHttpRequest, client_id: int) -> HttpResponse:
     _admin_only(request)
     credential = ClientCredential.objects.filter(pk=client_id).first()
     if credential is None:

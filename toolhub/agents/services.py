@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -156,7 +156,7 @@ def _save(connection: ModelConnection, data: ConnectionInput) -> ModelConnection
     return connection
 
 
-def connection_create(*, data: ConnectionInput, by) -> ModelConnection:
+def connection_create(*, data: ConnectionInput, by: User) -> ModelConnection:
     return _save(ModelConnection(created_by=by), data)
 
 

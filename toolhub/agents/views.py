@@ -12,6 +12,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import is_admin
 from toolhub.agents import services
 from toolhub.agents.forms import ModelConnectionForm
@@ -35,12 +36,12 @@ def _get_connection(pk: int) -> ModelConnection:
 @login_required
 @_admin_required
 @require_GET
-def connection_list(request: HttpRequest) -> HttpResponse:
+def connection_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     connections = ModelConnection.objects.prefetch_related("groups").order_by("name")
     return render(request, "agents/connections.html", {"connections": connections})
 
 
-def _save(request: HttpRequest, form: ModelConnectionForm, connection: ModelConnection | None) -> ModelConnection | None:
+def _save(request: AuthenticatedHttpRequest, form: ModelConnectionForm, connection: ModelConnection | None) -> ModelConnection | None:
     if not form.is_valid():
         return None
     try:
@@ -57,7 +58,7 @@ def _save(request: HttpRequest, form: ModelConnectionForm, connection: ModelConn
 @login_required
 @_admin_required
 @require_http_methods(["GET", "POST"])
-def connection_new(request: HttpRequest) -> HttpResponse:
+def connection_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = ModelConnectionForm(request.POST or None)
     if request.method == "POST":
         saved = _save(request, form, None)
@@ -71,7 +72,7 @@ def connection_new(request: HttpRequest) -> HttpResponse:
 @login_required
 @_admin_required
 @require_http_methods(["GET", "POST"])
-def connection_edit(request: HttpRequest, pk: int) -> HttpResponse:
+def connection_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     connection = _get_connection(pk)
     form = ModelConnectionForm(request.POST or None, connection=connection)
     if request.method == "POST":
@@ -85,7 +86,7 @@ def connection_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @_admin_required
 @require_POST
-def connection_test(request: HttpRequest, pk: int) -> HttpResponse:
+def connection_test(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """Lists the endpoint's models: an HTML fragment for the page's htmx button."""
     connection = _get_connection(pk)
     try:
@@ -101,7 +102,7 @@ def connection_test(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @_admin_required
 @require_POST
-def connection_delete(request: HttpRequest, pk: int) -> HttpResponse:
+def connection_delete(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     connection = _get_connection(pk)
     services.connection_delete(connection=connection)
     messages.success(request, _("Connection %(name)s deleted.") % {"name": connection.name})

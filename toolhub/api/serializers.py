@@ -68,9 +68,9 @@ def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
         status_detail=(revision.status_detail or None) if revision else None,
         manifest=revision.manifest if revision else {},
         requirements=revision.requirement_texts if revision else [],
-        tools=revision.tools if ready else [],
-        valves_schema=revision.valves_schema if ready else None,
-        user_valves_schema=revision.user_valves_schema if ready else None,
+        tools=revision.tools if ready and revision else [],
+        valves_schema=revision.valves_schema if ready and revision else None,
+        user_valves_schema=revision.user_valves_schema if ready and revision else None,
         revisions=[
             {"revision": r.number, "sha256": r.sha256, "version": r.version, "created_at": r.created_at.isoformat(),
              "uploaded_by": r.uploaded_by.username, "status": r.status}
@@ -118,7 +118,7 @@ def invocation_out(invocation: Invocation, *, with_events: bool = True) -> dict:
         "limit": invocation.limit or None,
         "pending_call": invocation.pending_call,
         "egress": invocation.egress,
-        "client": invocation.client.name if invocation.client_id else None,
+        "client": invocation.client.name if invocation.client is not None else None,
         "surface": invocation.surface,
     }
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
+from toolhub.accounts.models import ClientCredential
 from toolhub.runs.models import FINISHED, Invocation, RunStatus, Surface
 from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import schema_forms
-from toolhub.toolkits.models import Status, Toolkit
+from toolhub.toolkits.models import Revision, Status, Toolkit
 
 
 class InvocationRejected(Exception):
@@ -23,7 +25,7 @@ class InvocationRejected(Exception):
         self.errors = errors
 
 
-def tool_spec(revision, tool: str) -> dict | None:
+def tool_spec(revision: Revision, tool: str) -> dict | None:
     for spec in revision.tools or []:
         if spec.get("function", {}).get("name") == tool:
             return spec["function"]
@@ -64,12 +66,12 @@ def not_ready_reason(toolkit: Toolkit) -> str:
         Status.UPLOADED: "It has not been built yet.",
     }
     detail = f" ({revision.status_detail})" if revision.status_detail else ""
-    return f"The toolkit is not ready: {hints.get(revision.status, revision.status)}{detail}"
+    return f"The toolkit is not ready: {hints.get(Status(revision.status), revision.status)}{detail}"
 
 
 def invocation_create(
-    *, toolkit: Toolkit, tool: str, arguments: object, user, messages=None, files=None,
-    client=None, surface: str = Surface.API,
+    *, toolkit: Toolkit, tool: str, arguments: object, user: User, messages: object = None, files: object = None,
+    client: ClientCredential | None = None, surface: str = Surface.API,
 ) -> Invocation:
     revision = toolkit.current_revision
     if revision is None or revision.status != Status.READY:
@@ -102,9 +104,12 @@ def _enqueue(invocation_id: str) -> None:
     Left to itself, kombu retries a new broker connection for about six seconds before it
     gives up, and the caller of the API waits all that time for its 503. One quick retry is
     enough to ride out a broker that just restarted."""
+    # kombu's pool hands out Connections (its stubs say Producer).
     with run_invocation.app.pool.acquire(block=True) as connection:
-        connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2)
-        run_invocation.apply_async((invocation_id,), retry=False, connection=connection)
+        connection.ensure_connection(  # type: ignore[attr-defined]
+            max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2
+        )
+        run_invocation.apply_async((invocation_id,), retry=False, connection=connection)  # type: ignore[call-arg]
 
 
 def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocation:
@@ -120,7 +125,7 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
     return invocation
 
 
-def invocation_respond(*, invocation: Invocation, value) -> None:
+def invocation_respond(*, invocation: Invocation, value: object) -> None:
     updated = Invocation.objects.filter(
         pk=invocation.pk, status=RunStatus.AWAITING_INPUT, call_answer__isnull=True
     ).update(call_answer={"value": value})

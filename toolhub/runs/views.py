@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import can_manage_toolkit, is_admin
 from toolhub.runs import services
 from toolhub.runs.models import Invocation, RunStatus, Surface
@@ -100,7 +101,7 @@ def _type_label(prop: dict, root: dict, depth: int = 0) -> str:
 
 @login_required
 @require_GET
-def toolkit_tools(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_tools(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
     ctx = detail_context(request, toolkit, "tools")
     again = request.GET.get("again")
@@ -126,7 +127,7 @@ def _recent(request, toolkit):
 
 @login_required
 @require_POST
-def tool_run(request: HttpRequest, slug: str, tool: str) -> HttpResponse:
+def tool_run(request: AuthenticatedHttpRequest, slug: str, tool: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
     revision = toolkit.current_revision
     if revision is None or revision.status != Status.READY:
@@ -296,21 +297,21 @@ def _citation(data: dict) -> dict:
 
 @login_required
 @require_GET
-def invocation_detail(request: HttpRequest, invocation_id) -> HttpResponse:
+def invocation_detail(request: AuthenticatedHttpRequest, invocation_id) -> HttpResponse:
     invocation = get_invocation_for_user(user=request.user, invocation_id=invocation_id)
     return render(request, "runs/invocation.html", _invocation_context(request, invocation))
 
 
 @login_required
 @require_GET
-def invocation_live(request: HttpRequest, invocation_id) -> HttpResponse:
+def invocation_live(request: AuthenticatedHttpRequest, invocation_id) -> HttpResponse:
     invocation = get_invocation_for_user(user=request.user, invocation_id=invocation_id)
     return render(request, "runs/_live.html", _invocation_context(request, invocation))
 
 
 @login_required
 @require_POST
-def invocation_respond(request: HttpRequest, invocation_id) -> HttpResponse:
+def invocation_respond(request: AuthenticatedHttpRequest, invocation_id) -> HttpResponse:
     invocation = get_invocation_for_user(user=request.user, invocation_id=invocation_id)
     if invocation.user_id != request.user.pk:
         raise Http404
@@ -340,7 +341,7 @@ def invocation_respond(request: HttpRequest, invocation_id) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET"])
-def invocation_history(request: HttpRequest) -> HttpResponse:
+def invocation_history(request: AuthenticatedHttpRequest) -> HttpResponse:
     if not is_admin(request.user):
         raise Http404
     qs = Invocation.objects.select_related("toolkit", "user", "revision").defer("result", "traceback", "revision__source", "revision__build_log", "revision__lock")

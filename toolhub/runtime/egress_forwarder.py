@@ -330,7 +330,7 @@ def install_clear_network_errors(*, granted: bool) -> None:
         except socket.gaierror as exc:
             raise socket.gaierror(exc.errno, f"{exc.strerror} (looking up {host!r}: {_installed_hint[0]})") from exc
 
-    socket.socket.connect = connect  # type: ignore[method-assign]
+    socket.socket.connect = connect  # type: ignore[method-assign,assignment]
     socket.getaddrinfo = getaddrinfo
 
 

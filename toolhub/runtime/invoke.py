@@ -60,7 +60,7 @@ def invoke(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
 def _call_plugin(toolkit: loader.Toolkit, tool: Any, arguments: dict[str, Any]) -> Any:
     # RAGFlow passes the LLM's arguments straight to invoke(); so does the runtime, since
     # plugins type their parameters loosely ("number") and must run unchanged.
-    name = toolkit.cls.get_metadata()["name"]
+    name = toolkit.cls.get_metadata()["name"]  # type: ignore[attr-defined]
     if tool != name:
         raise ToolNotFound(f"no tool named {tool!r}; this plugin's tool is {name!r}")
     return _run(toolkit.cls().invoke, arguments)

@@ -112,14 +112,14 @@ def introspect(source_path: str) -> dict[str, Any]:
         return {"kind": "introspection", "kind_of_toolkit": "agent_strategy", "tools": [], "valves_schema": None,
                 "user_valves_schema": None, "ragflow": None}
     if toolkit.kind == "ragflow":
-        metadata = toolkit.cls.get_metadata()
+        metadata = toolkit.cls.get_metadata()  # type: ignore[attr-defined]
         return {
             "kind": "introspection",
             "kind_of_toolkit": "ragflow",
             "tools": [ragflow_spec(metadata)],
             "valves_schema": None,
             "user_valves_schema": None,
-            "ragflow": {**metadata, "version": str(toolkit.cls._version_)},
+            "ragflow": {**metadata, "version": str(toolkit.cls._version_)},  # type: ignore[attr-defined]
         }
     functions = specs.tool_functions(toolkit.cls())
     valves, user_valves = toolkit.model("Valves"), toolkit.model("UserValves")

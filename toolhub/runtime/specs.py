@@ -181,7 +181,7 @@ def _google_args(docstring: str) -> dict[str, str]:
         if indent == entry_indent:
             match = _GOOGLE_ARG.fullmatch(text)
             current = match.group(1) if match else None
-            if match:
+            if match and current is not None:
                 docs[current] = match.group(2)
         elif current is not None:
             docs[current] = f"{docs[current]} {text}".strip()

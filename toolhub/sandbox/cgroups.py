@@ -131,7 +131,7 @@ class RunCgroups:
 
 def _own_cgroups() -> dict[str, str]:
     """Map each cgroup v1 controller to the worker's own cgroup path in its hierarchy."""
-    result = {}
+    result: dict[str, str] = {}
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:

@@ -116,7 +116,8 @@ class Session:
             self.stdin_registered = False
         self.stdin_open = False
         self.pending_stdin.clear()
-        self.process.stdin.close()
+        if self.process.stdin is not None:
+            self.process.stdin.close()
 
     # -- the loop
 

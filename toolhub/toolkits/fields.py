@@ -16,6 +16,10 @@ from django.db import models
 
 class OrderedJSONField(models.TextField):
     description = "JSON stored as text, key order kept"
+    # For django-stubs: the field holds any JSON value, not a str.
+    _pyi_private_set_type: Any
+    _pyi_private_get_type: Any
+    _pyi_lookup_exact_type: Any
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
         return None if value is None else json.loads(value)

@@ -64,7 +64,8 @@ class Toolkit(models.Model):
 
     @property
     def status(self) -> str:
-        return self.current_revision.status if self.current_revision_id else Status.UPLOADED
+        revision = self.current_revision
+        return revision.status if revision is not None else Status.UPLOADED
 
     def latest_revision(self) -> Revision | None:
         return self.revisions.order_by("-number").first()

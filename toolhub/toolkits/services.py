@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -70,7 +71,7 @@ def _check_lengths(parsed: ParsedToolkit) -> None:
     errors = []
     for key, limit in limits.items():
         value = getattr(parsed, key)
-        if len(value) > limit:
+        if limit is not None and len(value) > limit:
             line = parsed.manifest_lines.get(key)
             where = f" on line {line}" if line else ""
             message = f"The {key}{where} is {len(value)} characters long; ToolHub keeps at most {limit}."
@@ -85,7 +86,7 @@ def _parse(source: bytes | str, filename: str | None) -> ParsedToolkit:
     return parsed
 
 
-def _new_revision(*, toolkit: Toolkit, parsed: ParsedToolkit, user, number: int) -> Revision:
+def _new_revision(*, toolkit: Toolkit, parsed: ParsedToolkit, user: User, number: int) -> Revision:
     return Revision.objects.create(
         toolkit=toolkit,
         number=number,
@@ -106,7 +107,7 @@ def _new_revision(*, toolkit: Toolkit, parsed: ParsedToolkit, user, number: int)
     )
 
 
-def toolkit_create(*, source: bytes | str, user, slug: str | None = None, filename: str | None = None) -> UploadResult:
+def toolkit_create(*, source: bytes | str, user: User, slug: str | None = None, filename: str | None = None) -> UploadResult:
     """Check the source and create a toolkit with its first revision. Raises
     ToolkitSourceInvalid (with every problem found) and stores nothing on error."""
     parsed = _parse(source, filename)
@@ -128,7 +129,7 @@ def toolkit_create(*, source: bytes | str, user, slug: str | None = None, filena
     return UploadResult(toolkit=toolkit, revision=revision, created=True)
 
 
-def revision_upload(*, toolkit: Toolkit, source: bytes | str, user, filename: str | None = None) -> UploadResult:
+def revision_upload(*, toolkit: Toolkit, source: bytes | str, user: User, filename: str | None = None) -> UploadResult:
     """Add a revision to an existing toolkit. Identical source adds nothing and returns the
     revision that already holds it."""
     parsed = _parse(source, filename)
@@ -157,7 +158,7 @@ class InvalidEgressHosts(ValueError):
     pass
 
 
-def toolkit_set_egress(*, toolkit: Toolkit, granted: bool, hosts: list[str], by) -> Toolkit:
+def toolkit_set_egress(*, toolkit: Toolkit, granted: bool, hosts: list[str], by: User) -> Toolkit:
     """Grant or withdraw network egress. `hosts` limits it to names or `*.domain` patterns;
     an empty list means any public host. Loopback and private addresses stay refused."""
     cleaned = []

@@ -631,7 +631,7 @@ def _snake_case(name: str) -> str:
 
 def _imports(nodes: list[ast.AST]) -> list[str]:
     """Top-level module names imported anywhere, also dynamically by a literal name."""
-    names = set()
+    names: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)

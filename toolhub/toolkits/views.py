@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
 from toolhub.toolkits import access, selectors, services
 from toolhub.toolkits.highlight import highlight_python
@@ -28,7 +29,7 @@ def _read_upload(request: HttpRequest) -> tuple[bytes | str | None, str | None]:
     over the size limit."""
     upload = request.FILES.get("file")
     if upload is not None:
-        if upload.size > MAX_SOURCE_BYTES:
+        if upload.size is not None and upload.size > MAX_SOURCE_BYTES:
             # Django has already spooled the upload to disk; the check says how big it
             # really is instead of reading it into memory to find out.
             raise ToolkitSourceInvalid([_too_large(upload.size)])
@@ -119,7 +120,7 @@ def _warn(request: HttpRequest, revision) -> None:
 
 @login_required
 @require_GET
-def toolkit_list(request: HttpRequest) -> HttpResponse:
+def toolkit_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").strip()[:200]
     toolkits = selectors.toolkit_list(user=request.user, query=query, with_translations=True)
     page = Paginator(toolkits, PAGE_SIZE).get_page(request.GET.get("page"))
@@ -128,7 +129,7 @@ def toolkit_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def toolkit_new(request: HttpRequest) -> HttpResponse:
+def toolkit_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     if not can_upload(request.user):
         raise PermissionDenied(_("You may not upload toolkits."))
     slug = request.POST.get("slug", "").strip()
@@ -173,7 +174,7 @@ def _link(value: str) -> str | None:
 
 @login_required
 @require_GET
-def toolkit_detail(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_detail(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     ctx = detail_context(request, toolkit, "overview")
     manifest = ctx["revision"].manifest if ctx["revision"] else {}
@@ -193,7 +194,7 @@ def toolkit_detail(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_GET
-def toolkit_source(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_source(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     ctx = detail_context(request, toolkit, "source")
     shown = ctx["revision"]
@@ -208,23 +209,23 @@ def toolkit_source(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_GET
-def toolkit_revisions(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_revisions(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     ctx = detail_context(request, toolkit, "revisions")
     ctx["revisions"] = toolkit.revisions.select_related("uploaded_by").defer("source", "build_log", "lock")
     return render(request, "toolkits/revisions.html", ctx)
 
 
-def _int(value: str) -> int:
+def _int(value: str | None) -> int:
     try:
-        return int(value)
+        return int(value or "")
     except (TypeError, ValueError):
         raise Http404 from None
 
 
 @login_required
 @require_GET
-def toolkit_diff(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_diff(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     a = toolkit.revisions.filter(number=_int(request.GET.get("a"))).first()
     b = toolkit.revisions.filter(number=_int(request.GET.get("b"))).first()
@@ -235,7 +236,7 @@ def toolkit_diff(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "toolkits/diff.html", ctx)
 
 
-def _revision_form(request: HttpRequest, slug: str, *, template: str, tab: str, prefill: bool) -> HttpResponse:
+def _revision_form(request: AuthenticatedHttpRequest, slug: str, *, template: str, tab: str, prefill: bool) -> HttpResponse:
     """Upload (a file or pasted text) or edit (the latest revision's text in the editor): both
     add a revision when the source passes the checks."""
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
@@ -264,19 +265,19 @@ def _revision_form(request: HttpRequest, slug: str, *, template: str, tab: str, 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def toolkit_upload(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_upload(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     return _revision_form(request, slug, template="toolkits/upload.html", tab="revisions", prefill=False)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def toolkit_edit(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_edit(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     return _revision_form(request, slug, template="toolkits/edit.html", tab="edit", prefill=True)
 
 
 @login_required
 @require_POST
-def source_check(request: HttpRequest) -> JsonResponse:
+def source_check(request: AuthenticatedHttpRequest) -> JsonResponse:
     """The editor's on-demand check: the same static checks as an upload, nothing stored.
     Answers 200 with `{"ok", "errors": [{line, column, message, code}], "tools"}`."""
     if not (can_upload(request.user) or selectors.owns_a_toolkit(user=request.user)):
@@ -296,7 +297,7 @@ def source_check(request: HttpRequest) -> JsonResponse:
 
 @login_required
 @require_POST
-def toolkit_rollback(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_rollback(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
         raise PermissionDenied(_("Only the toolkit's owner and admins may roll back."))
@@ -311,7 +312,7 @@ def toolkit_rollback(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def toolkit_delete(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_delete(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
         raise PermissionDenied(_("Only the toolkit's owner and admins may delete it."))

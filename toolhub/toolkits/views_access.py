@@ -5,11 +5,12 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import can_manage_toolkit
 from toolhub.toolkits import access
 from toolhub.toolkits.selectors import get_toolkit_for_user
@@ -17,7 +18,7 @@ from toolhub.toolkits.selectors import get_toolkit_for_user
 
 @login_required
 @require_POST
-def toolkit_access(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_access(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
         raise PermissionDenied(_("Only the toolkit's owner and admins may change who can use it."))

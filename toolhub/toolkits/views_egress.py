@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import is_admin
 from toolhub.toolkits import services
 from toolhub.toolkits.selectors import get_toolkit_for_user
@@ -16,7 +17,7 @@ from toolhub.toolkits.selectors import get_toolkit_for_user
 
 @login_required
 @require_POST
-def toolkit_egress(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_egress(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
     if not is_admin(request.user):
         raise Http404

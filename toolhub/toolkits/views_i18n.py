@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.i18n import set_language as django_set_language
 
+from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.middleware import remember_language
 from toolhub.accounts.roles import can_manage_toolkit
 from toolhub.toolkits import display
@@ -83,7 +84,7 @@ def _submitted_texts(request: HttpRequest) -> dict[tuple[str, str], str]:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def toolkit_translations(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_translations(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = _get_translatable(request, slug)
     if request.method == "POST":
         try:
@@ -103,7 +104,7 @@ def toolkit_translations(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_GET
-def toolkit_translations_export(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_translations_export(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = _get_translatable(request, slug)
     data = display.translation_export(toolkit=toolkit, revision=toolkit.current_revision)
     response = HttpResponse(
@@ -115,7 +116,7 @@ def toolkit_translations_export(request: HttpRequest, slug: str) -> HttpResponse
 
 @login_required
 @require_POST
-def toolkit_translations_import(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_translations_import(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = _get_translatable(request, slug)
     upload = request.FILES.get("file")
     pasted = request.POST.get("json", "")

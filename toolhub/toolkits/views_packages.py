@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
+from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import can_manage_toolkit, is_admin
 from toolhub.packages import services
 from toolhub.packages.models import Approval, Decision, Package, PackageRequest
@@ -42,7 +43,7 @@ def _admin_required(view):
 @login_required
 @_admin_required
 @require_GET
-def package_queue(request: HttpRequest) -> HttpResponse:
+def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     status = request.GET.get("status", Approval.PENDING)
     if status not in Approval.values:
         status = Approval.PENDING
@@ -67,7 +68,7 @@ def package_queue(request: HttpRequest) -> HttpResponse:
 @login_required
 @_admin_required
 @require_POST
-def package_decide(request: HttpRequest) -> HttpResponse:
+def package_decide(request: AuthenticatedHttpRequest) -> HttpResponse:
     # Keep the order the admin saw, without repeats.
     names = list(dict.fromkeys(name.strip() for name in request.POST.getlist("name") if name.strip()))
     action = request.POST.get("action")
@@ -114,13 +115,13 @@ def _environment_context(request: HttpRequest, slug: str) -> dict:
 
 @login_required
 @require_GET
-def toolkit_environment(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_environment(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     return render(request, "packages/environment.html", _environment_context(request, slug))
 
 
 @login_required
 @require_GET
-def toolkit_environment_live(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_environment_live(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     """The polled fragment of the Environment tab (with the toolkit's heading out of band,
     so that the status at the top of the page follows the build too)."""
     return render(request, "packages/_environment_live.html", _environment_context(request, slug))
@@ -128,7 +129,7 @@ def toolkit_environment_live(request: HttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def toolkit_retry(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_retry(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
     if not can_manage_toolkit(request.user, toolkit):
         raise PermissionDenied(_("Only the toolkit's owner and admins may retry a build."))

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
+from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import is_admin
 from toolhub.toolkits import schema_forms, valves
 from toolhub.toolkits.display import resolve
@@ -43,7 +44,7 @@ def _settings_page(request: HttpRequest, slug: str, *, admin_valves: bool) -> Ht
             if target is None:
                 raise Http404
             valves.reset_values(toolkit=toolkit, user=target.user)
-            messages.success(request, _("The settings of %(user)s were reset.") % {"user": target.user.username})
+            messages.success(request, _("The settings of %(user)s were reset.") % {"user": target.user.username if target.user else ""})
             return redirect(request.path)
         if request.POST.get("action") == "reset":
             valves.reset_values(toolkit=toolkit, user=owner)
@@ -98,11 +99,11 @@ def _resolve_text(text: str, *, toolkit) -> str:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def toolkit_valves(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_valves(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     return _settings_page(request, slug, admin_valves=True)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def toolkit_user_valves(request: HttpRequest, slug: str) -> HttpResponse:
+def toolkit_user_valves(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     return _settings_page(request, slug, admin_valves=False)

@@ -378,7 +378,7 @@ class EgressProxy:
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._tasks.add(task)  # type: ignore[arg-type]
+        self._tasks.add(task)
         try:
             if len(self._tasks) > MAX_OPEN_CLIENTS:
                 self._record_attempt(self._refused, "", 0, f"more than {MAX_OPEN_CLIENTS} open connections")
@@ -400,7 +400,7 @@ class EgressProxy:
         except Exception:
             logger.exception("egress proxy: unexpected error")
         finally:
-            self._tasks.discard(task)  # type: ignore[arg-type]
+            self._tasks.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -7,7 +7,7 @@ from toolhub.packages.environments import environments_root
 from toolhub.toolkits.models import Revision
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB"):
         if n < 1024:
             return f"{n:.0f} {unit}"
