@@ -137,6 +137,10 @@ AUTHENTICATION_BACKENDS = ["toolhub.accounts.middleware.UserLanguageBackend"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "toolkit_list"
 LOGOUT_REDIRECT_URL = "login"
+# Failed-login throttling (toolhub.accounts.throttle).
+TOOLHUB_LOGIN_MAX_FAILURES = env.int("TOOLHUB_LOGIN_MAX_FAILURES", default=5)
+TOOLHUB_LOGIN_MAX_FAILURES_PER_IP = env.int("TOOLHUB_LOGIN_MAX_FAILURES_PER_IP", default=20)
+TOOLHUB_LOGIN_WINDOW_SECONDS = env.int("TOOLHUB_LOGIN_WINDOW_SECONDS", default=900)
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
+from toolhub.accounts import login as accounts_login
 from toolhub.accounts import views as accounts
 from toolhub.agents import views as agents
 from toolhub.api.api import api
@@ -16,7 +17,7 @@ from toolhub.toolkits import views_settings as toolkit_settings
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="toolkit_list", permanent=False)),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", accounts_login.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/tokens/", accounts.api_tokens, name="api_tokens"),
     path("account/tokens/<int:token_id>/revoke/", accounts.api_token_revoke, name="api_token_revoke"),

@@ -100,3 +100,12 @@ class ClientCredential(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class LoginFailure(models.Model):
+    """One failed password login, kept for the throttling window (toolhub.accounts.throttle)."""
+
+    # The username as typed, lower-cased and cut to the field's length.
+    username = models.CharField(max_length=150, db_index=True)
+    ip = models.GenericIPAddressField(null=True, blank=True, db_index=True)
+    at = models.DateTimeField(default=timezone.now, db_index=True)
