@@ -16,6 +16,9 @@ What is refused, and why (the README has the same list):
 
 - ``add_key``, ``request_key``, ``keyctl``: the kernel keyring is keyed by uid, not by
   namespace, so it would be a channel between two runs.
+- ``mq_open`` and the other POSIX message queue calls: the queues live in the IPC namespace,
+  which the calls of a warm sandbox share, and cannot be listed (so not cleared) without a
+  mount.
 - ``io_uring_setup``, ``io_uring_enter``, ``io_uring_register``: a large, often-exploited
   interface whose operations bypass this very filter.
 - ``ptrace``, ``process_vm_readv``, ``process_vm_writev``, ``kcmp``, ``pidfd_getfd``: reading or
@@ -78,6 +81,14 @@ DENIED_CALLS: tuple[str, ...] = (
     "add_key",
     "request_key",
     "keyctl",
+    # POSIX message queues: they live in the IPC namespace, which a warm sandbox's calls
+    # share, and cannot be listed without a mount, so they could not be cleared between calls
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
     # io_uring
     "io_uring_setup",
     "io_uring_enter",

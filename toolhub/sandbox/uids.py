@@ -47,6 +47,19 @@ class SandboxUser:
     gid: int
 
 
+class Lease:
+    """One held uid; the lock goes with ``release()`` or with the holder's death."""
+
+    def __init__(self, *, user: SandboxUser, fd: int) -> None:
+        self.user = user
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
 class UidPool:
     """Lease one of ``size`` sandbox users at a time; see the module docstring."""
 
@@ -102,18 +115,21 @@ class UidPool:
         Waits up to ``lease_timeout`` seconds when all are busy, then raises
         ``SandboxUnavailable``.
         """
+        held = self.acquire()
+        try:
+            yield held.user
+        finally:
+            held.release()
+
+    def acquire(self) -> Lease:
+        """Take one free sandbox user until ``Lease.release()`` (a warm sandbox's lifetime)."""
         users = self.users()
         directory = self._lock_directory()
         deadline = time.monotonic() + self.lease_timeout
         while True:
             held = self._try_lease(users, directory)
             if held is not None:
-                user, fd = held
-                try:
-                    yield user
-                finally:
-                    os.close(fd)
-                return
+                return Lease(user=held[0], fd=held[1])
             if time.monotonic() >= deadline:
                 raise SandboxUnavailable(
                     f"all {self.size} sandbox uids stayed busy for {self.lease_timeout:g} s: "

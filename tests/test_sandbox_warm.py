@@ -1,0 +1,394 @@
+"""Warm sandboxes (toolhub.sandbox.warm) against hostile toolkits, for real: what a call can
+leave for the next call on the same sandbox, whether it can reach the long-lived parent, limits
+per call, and new code on every call.
+
+Needs what tests/test_sandbox.py needs plus the uid pool (scripts/system-setup).
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.sandbox_fixtures"]
+
+from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
+from toolhub.sandbox.launcher import Limits, SandboxOutcome  # noqa: E402
+from toolhub.sandbox.uids import UidPool  # noqa: E402
+from toolhub.sandbox.warm import WarmPool, WarmSandbox  # noqa: E402
+
+pytestmark = pytest.mark.sandbox
+
+LIMITS = Limits(
+    cpu_seconds=3,
+    wall_seconds=5,
+    memory_bytes=512 << 20,
+    processes=32,
+    open_files=64,
+    file_size_bytes=1 << 20,
+    output_bytes=1 << 20,
+    tmp_bytes=4 << 20,
+    message_bytes=64 << 10,
+    exit_grace_seconds=0.5,
+)
+
+
+@pytest.fixture
+def pool(tmp_path: Path) -> Iterator[WarmPool]:
+    require_sandbox()
+    warm = WarmPool(size=1, uid_pool=UidPool(size=4, lock_dir=tmp_path / "uid-locks"))
+    yield warm
+    warm.close()
+    left = wait_for_no_sandbox_processes()
+    assert left == [], f"processes of the sandbox users survived the test: {left}"
+
+
+@pytest.fixture
+def call(tmp_path: Path, sandbox_env: Path, sandbox_runtime: Path, pool: WarmPool) -> Callable[..., SandboxOutcome]:
+    def _call(
+        source: str, *, arguments: dict | None = None, limits: Limits = LIMITS, on_message=None
+    ) -> SandboxOutcome:
+        path = tmp_path / f"toolkit-{uuid.uuid4().hex[:8]}.py"
+        path.write_text(textwrap.dedent(source))
+        return pool.run(
+            interpreter_env=sandbox_env,
+            runtime_dir=sandbox_runtime,
+            source_path=path,
+            request={
+                "op": "invoke",
+                "source_path": "/opt/toolkit/toolkit.py",
+                "tool": "go",
+                "arguments": arguments or {},
+            },
+            limits=limits,
+            on_message=on_message or (lambda message: None),
+        )
+
+    return _call
+
+
+def _result(outcome: SandboxOutcome):
+    assert outcome.status == "ok", outcome
+    assert outcome.final is not None and outcome.final["kind"] == "result", outcome
+    return outcome.final["result"]
+
+
+def _only_sandbox(pool: WarmPool) -> WarmSandbox:
+    idle = pool.idle()
+    assert len(idle) == 1, idle
+    return idle[0]
+
+
+ECHO = """
+class Tools:
+    def go(self, text: str) -> str:
+        return text
+"""
+
+
+def test_calls_reuse_one_sandbox_and_each_runs_in_a_new_process(call, pool: WarmPool) -> None:
+    source = """
+    import os
+    class Tools:
+        def go(self) -> list:
+            return [os.getpid(), os.getppid()]
+    """
+    first = _result(call(source))
+    sandbox = _only_sandbox(pool)
+    second = _result(call(source))
+    assert _only_sandbox(pool) is sandbox and sandbox.calls == 2 and pool.started == 1
+    # A new child of the fork server (pid 1) for each call.
+    assert first[1] == 1 and second[1] == 1 and first[0] != second[0]
+
+
+LEAVER = """
+import ctypes, os, socket, subprocess, sys, pydantic
+libc = ctypes.CDLL(None, use_errno=True)
+
+class Tools:
+    def go(self) -> dict:
+        open("/tmp/left.txt", "w").write("from call one")
+        os.mkdir("/tmp/locked")
+        open("/tmp/locked/inner", "w").write("x")
+        os.chmod("/tmp/locked", 0)
+        open("/dev/shm/left", "w").write("from call one")
+        made = {
+            "msg": libc.msgget(0x7014, 0o1000 | 0o666),
+            "shm": libc.shmget(0x7014, 4096, 0o1000 | 0o666),
+            "sem": libc.semget(0x7014, 1, 0o1000 | 0o666),
+        }
+        # A daemon that outlives the call, in a session of its own.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind("\\0left-by-call-one")
+        server.listen()
+        os.environ["LEFT"] = "1"
+        pydantic.LEFT_BY_CALL_ONE = True
+        import json, textwrap
+        json.LEFT_BY_CALL_ONE = True
+        textwrap.dedent = None
+        sys.path.insert(0, "/tmp/left")
+        return made
+"""
+
+LOOKER = """
+import ctypes, os, socket, sys, pydantic
+libc = ctypes.CDLL(None, use_errno=True)
+
+class Tools:
+    def go(self) -> dict:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            client.connect("\\0left-by-call-one")
+            abstract = "connected"
+        except OSError as exc:
+            abstract = type(exc).__name__
+        import json
+        return {
+            "tmp": sorted(os.listdir("/tmp")),
+            "shm": sorted(os.listdir("/dev/shm")),
+            "toolkit": sorted(os.listdir("/opt/toolkit")),
+            "msg": libc.msgget(0x7014, 0),
+            "shm_segment": libc.shmget(0x7014, 0, 0),
+            "sem": libc.semget(0x7014, 0, 0),
+            "sysvipc": [open(f"/proc/sysvipc/{k}").read().count("\\n") - 1 for k in ("msg", "shm", "sem")],
+            "processes": sorted(p for p in os.listdir("/proc") if p.isdigit() and p not in ("1", str(os.getpid()))),
+            "abstract": abstract,
+            "environ": os.environ.get("LEFT"),
+            "module_global": getattr(pydantic, "LEFT_BY_CALL_ONE", None),
+            "json_global": getattr(json, "LEFT_BY_CALL_ONE", None),
+            "textwrap": callable(__import__("textwrap").dedent),
+            "sys_path": "/tmp/left" in sys.path,
+        }
+"""
+
+
+def test_a_call_leaves_nothing_the_next_call_can_see(call, pool: WarmPool) -> None:
+    made = _result(call(LEAVER))
+    assert all(value >= 0 for value in made.values()), made
+    sandbox = _only_sandbox(pool)
+    seen = _result(call(LOOKER))
+    assert _only_sandbox(pool) is sandbox, "the same warm sandbox served both calls"
+    assert seen == {
+        "tmp": [],
+        "shm": [],
+        "toolkit": ["toolkit.py"],
+        "msg": -1,
+        "shm_segment": -1,
+        "sem": -1,
+        "sysvipc": [0, 0, 0],
+        "processes": [],
+        "abstract": "ConnectionRefusedError",
+        "environ": None,
+        "module_global": None,
+        "json_global": None,
+        "textwrap": True,
+        "sys_path": False,
+    }
+
+
+def test_a_call_cannot_trace_read_or_write_the_parent(call) -> None:
+    report = _result(
+        call(
+            """
+            import ctypes, os, signal
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+
+            def attempt(action):
+                try:
+                    action()
+                    return "done"
+                except OSError as exc:
+                    return type(exc).__name__
+
+            class Tools:
+                def go(self) -> dict:
+                    status = dict(line.split(":", 1) for line in open("/proc/1/status").read().splitlines())
+                    ptrace = libc.syscall(ctypes.c_long(101), ctypes.c_long(16), ctypes.c_long(1), 0, 0)  # ATTACH
+                    return {
+                        "parent_uid_same": int(status["Uid"].split()[0]) == os.getuid(),
+                        "ptrace_attach": [ptrace, ctypes.get_errno()],
+                        "mem_read": attempt(lambda: open("/proc/1/mem", "rb").read(1)),
+                        "mem_write": attempt(lambda: open("/proc/1/mem", "r+b")),
+                        "environ": attempt(lambda: open("/proc/1/environ", "rb").read()),
+                        "fds": attempt(lambda: os.listdir("/proc/1/fd")),
+                        "oom_adj": attempt(lambda: open("/proc/1/oom_score_adj", "w").write("-1000")),
+                        "sigkill": attempt(lambda: os.kill(1, signal.SIGKILL)),
+                        "sigstop": attempt(lambda: os.kill(1, signal.SIGSTOP)),
+                        "sigint": attempt(lambda: os.kill(1, signal.SIGINT)),
+                        "sigterm": attempt(lambda: os.kill(1, signal.SIGTERM)),
+                    }
+            """
+        )
+    )
+    assert report.pop("parent_uid_same") is True
+    assert report.pop("ptrace_attach") == [-1, 1]
+    assert report.pop("mem_read") == "PermissionError"
+    assert report.pop("mem_write") == "PermissionError"
+    assert report.pop("environ") == "PermissionError"
+    assert report.pop("fds") == "PermissionError"
+    assert report.pop("oom_adj") == "PermissionError"
+    # Signals from inside the namespace to its pid 1 are dropped unless it handles them,
+    # and the fork server handles none.
+    assert set(report.values()) == {"done"}
+    # ... and the parent is still there to serve the next call.
+    assert _result(call(ECHO, arguments={"text": "still here"})) == "still here"
+
+
+def test_limits_kill_only_the_call(call, pool: WarmPool) -> None:
+    _result(call(ECHO, arguments={"text": "warm"}))
+    sandbox = _only_sandbox(pool)
+    spin = call(
+        """
+        class Tools:
+            def go(self) -> None:
+                while True:
+                    pass
+        """,
+        limits=replace(LIMITS, cpu_seconds=1, wall_seconds=10),
+    )
+    assert spin.status == "limit_exceeded" and spin.limit == "cpu_time", spin
+    sleeper = call(
+        """
+        import time
+        class Tools:
+            def go(self) -> None:
+                time.sleep(60)
+        """,
+        limits=replace(LIMITS, wall_seconds=1),
+    )
+    assert sleeper.status == "timed_out", sleeper
+    hog = call(
+        """
+        class Tools:
+            def go(self) -> int:
+                return len(bytearray(10 << 30))
+        """
+    )
+    assert hog.status == "limit_exceeded" and hog.limit == "memory", hog
+    started = time.monotonic()
+    bomb = call(
+        """
+        import os
+        class Tools:
+            def go(self) -> None:
+                while True:
+                    try:
+                        os.fork()
+                    except OSError:
+                        pass
+        """,
+        limits=replace(LIMITS, wall_seconds=3, cpu_seconds=3),
+    )
+    assert bomb.status in ("timed_out", "limit_exceeded"), bomb
+    if bomb.cgroups:
+        assert "processes" in bomb.limits_hit, bomb
+    assert time.monotonic() - started < 15
+    loud = call(
+        """
+        import sys
+        class Tools:
+            def go(self) -> None:
+                while True:
+                    sys.stderr.write("x" * 65536)
+        """
+    )
+    assert loud.status == "limit_exceeded" and loud.limit == "output", loud
+    # The same sandbox took every one of those and still answers.
+    assert _only_sandbox(pool) is sandbox
+    assert _result(call(ECHO, arguments={"text": "unharmed"})) == "unharmed"
+    assert sandbox.calls == 7 and pool.started == 1
+
+
+def test_every_call_runs_the_source_it_is_given(call, pool: WarmPool) -> None:
+    version = """
+    class Tools:
+        def go(self) -> str:
+            return "revision {n}"
+    """
+    assert _result(call(version.replace("{n}", "1"))) == "revision 1"
+    sandbox = _only_sandbox(pool)
+    assert _result(call(version.replace("{n}", "2"))) == "revision 2"
+    assert _only_sandbox(pool) is sandbox
+
+
+def test_a_changed_environment_gets_a_sandbox_of_its_own(
+    call, pool: WarmPool, sandbox_env: Path, tmp_path: Path, sandbox_runtime: Path
+) -> None:
+    _result(call(ECHO, arguments={"text": "a"}))
+    first = _only_sandbox(pool)
+    # The same environment under another path (as a rebuilt environment would be) is
+    # another key: the warm sandbox of the old one is not used for it.
+    other = tmp_path / "env-copy"
+    other.symlink_to(sandbox_env)
+    source = tmp_path / "echo.py"
+    source.write_text(ECHO)
+    outcome = pool.run(
+        interpreter_env=Path(os.path.realpath(other)).parent / Path(os.path.realpath(other)).name,
+        runtime_dir=sandbox_runtime,
+        source_path=source,
+        request={"op": "invoke", "source_path": "/opt/toolkit/toolkit.py", "tool": "go", "arguments": {"text": "b"}},
+        limits=replace(LIMITS, tmp_bytes=8 << 20),
+        on_message=lambda message: None,
+    )
+    assert _result(outcome) == "b"
+    assert pool.started == 2 and first in pool.idle() and len(pool.idle()) == 2
+
+
+def test_sandboxes_retire_after_their_calls_and_when_idle(call, pool: WarmPool) -> None:
+    pool.max_calls = 2
+    _result(call(ECHO, arguments={"text": "1"}))
+    first = _only_sandbox(pool)
+    _result(call(ECHO, arguments={"text": "2"}))
+    assert first.retired and pool.idle() == []
+    _result(call(ECHO, arguments={"text": "3"}))
+    second = _only_sandbox(pool)
+    assert second is not first and pool.started == 2
+    pool.idle_timeout = 0
+    pool.reap()
+    assert second.retired and pool.idle() == []
+    assert wait_for_no_sandbox_processes(timeout=5) == []
+
+
+def test_an_anomaly_retires_the_sandbox(call, pool: WarmPool) -> None:
+    _result(call(ECHO, arguments={"text": "1"}))
+    sandbox = _only_sandbox(pool)
+    # A file the fork server cannot remove: /tmp made unwritable by the call itself is
+    # repaired, but a full /tmp that cannot be listed is not a thing a call can cause, so
+    # the test breaks the parent from the host instead: its control socket closes.
+    sandbox.process.kill()
+    sandbox.process.wait()
+    assert not sandbox.usable()
+    assert _result(call(ECHO, arguments={"text": "2"})) == "2"
+    assert sandbox.retired and pool.started == 2
+
+
+def test_warm_calls_stream_events_and_answer_calls(call) -> None:
+    seen = []
+
+    def on_message(message: dict) -> dict | None:
+        seen.append(message)
+        if message["kind"] == "call":
+            return {"kind": "call_result", "call_id": message["call_id"], "value": True}
+        return None
+
+    outcome = call(
+        """
+        class Tools:
+            async def go(self, __event_emitter__, __event_call__) -> str:
+                await __event_emitter__({"type": "status", "data": {"description": "asking", "done": False}})
+                answer = await __event_call__({"type": "confirmation", "data": {"title": "Sure?", "message": "?"}})
+                return f"confirmed={answer}"
+        """,
+        on_message=on_message,
+    )
+    assert _result(outcome) == "confirmed=True"
+    assert [m["kind"] for m in seen] == ["event", "call"]

@@ -1,0 +1,261 @@
+"""The long-lived parent of a warm sandbox: `python -I /opt/runtime/forkserver.py`.
+
+It runs as pid 1 of the sandbox's pid namespace, imports the runtime and pydantic once, and then
+serves calls one at a time over its stdin, which is a UNIX socket to the host. It never imports
+or runs a toolkit itself: for each call it forks a child, and only that child, made for that one
+call, loads the toolkit and answers the request (``runner.main``, exactly as a cold sandbox's
+``main.py`` does). After the child is gone it kills every other process in the namespace, reaps
+them, empties ``/tmp``, ``/dev/shm`` and ``/opt/toolkit``, removes every SysV IPC object, checks
+that nothing is left, and reports to the host. Anything unexpected is reported as a problem, and
+the host then retires the sandbox.
+
+Control messages are JSON lines; descriptors travel as SCM_RIGHTS:
+
+    host -> here   {"op": "call", "limits": {...}}  + fds [stdin, stdout, stderr, source memfd]
+    here -> host   {"op": "ready"}                   once, after the imports
+                   {"op": "started", "pid": N}       + fd [pidfd of the call's process]
+                   {"op": "done", "status": W, "utime": s, "stime": s, "maxrss": kb,
+                    "problems": [...]}
+
+The parent is not dumpable (``PR_SET_DUMPABLE`` 0), so the call's process, though it runs as the
+same uid, can neither read nor write its memory through ``/proc`` (and ``ptrace`` and
+``process_vm_*`` are refused by the seccomp filter); as pid 1 it receives no signal from inside
+the namespace that it has no handler for, and it keeps none.
+"""
+
+from __future__ import annotations
+
+import array
+import ctypes
+import importlib
+import importlib.util
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import sys
+
+PACKAGE = "toolhub_runtime"
+WRITABLE = ("/tmp", "/dev/shm", "/opt/toolkit")
+SOURCE_PATH = "/opt/toolkit/toolkit.py"
+_PR_SET_DUMPABLE = 4
+_PR_SET_PDEATHSIG = 1
+_IPC_RMID = 0
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _load_package() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location(
+        PACKAGE, os.path.join(here, "__init__.py"), submodule_search_locations=[here]
+    )
+    assert spec is not None and spec.loader is not None
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[PACKAGE] = package
+    spec.loader.exec_module(package)
+
+
+def _preload() -> None:
+    for name in ("channel", "events", "specs", "loader", "invoke", "egress_forwarder", "runner"):
+        importlib.import_module(f"{PACKAGE}.{name}")
+    import pydantic  # noqa: F401
+
+
+def main() -> None:
+    # No handler for anything: pid 1 then ignores every signal sent from inside the namespace.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    control = socket.socket(fileno=os.dup(0))
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    _load_package()
+    _preload()
+    _send(control, {"op": "ready"})
+    buffer = b""
+    while True:
+        message, fds, buffer = _receive(control, buffer)
+        if message is None:
+            return
+        if message.get("op") != "call" or len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            _send(control, {"op": "done", "status": None, "problems": ["bad control message"]})
+            continue
+        _serve(control, message, fds)
+
+
+def _serve(control: socket.socket, message: dict, fds: list[int]) -> None:
+    stdin, stdout, stderr, source = fds
+    problems: list[str] = []
+    try:
+        _write_source(source)
+    finally:
+        os.close(source)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _child(control, stdin, stdout, stderr, message.get("limits") or {})
+    for fd in (stdin, stdout, stderr):
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    try:
+        _send(control, {"op": "started", "pid": pid}, [pidfd])
+    finally:
+        os.close(pidfd)
+    _, status, usage = os.wait4(pid, 0)
+    # Everything else the call started goes with it; pid 1 is spared by kill(-1).
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    problems += _clean()
+    _send(
+        control,
+        {
+            "op": "done",
+            "status": status,
+            "utime": usage.ru_utime,
+            "stime": usage.ru_stime,
+            "maxrss": usage.ru_maxrss,
+            "problems": problems,
+        },
+    )
+
+
+def _write_source(fd: int) -> None:
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, size, 0)
+    out = os.open(SOURCE_PATH, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+    try:
+        os.write(out, data)
+    finally:
+        os.close(out)
+
+
+def _child(control: socket.socket, stdin: int, stdout: int, stderr: int, limits: dict) -> None:
+    try:
+        control.close()
+        os.dup2(stdin, 0)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        os.closerange(3, 1 << 16)
+        # Dumpable again: only the parent needs hiding, and the call's own /proc stays its own.
+        _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+        _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        for name, value in limits.items():
+            which = getattr(resource, name, None)
+            if isinstance(which, int) and isinstance(value, int):
+                resource.setrlimit(which, (value, value))
+        os.chdir("/tmp")
+        importlib.import_module(f"{PACKAGE}.runner").main()
+        code = 0
+    except BaseException:  # noqa: BLE001 - the child must never return into the server loop.
+        code = 70
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _clean() -> list[str]:
+    problems = []
+    for directory in WRITABLE:
+        try:
+            names = os.listdir(directory)
+        except OSError as exc:
+            problems.append(f"cannot list {directory}: {exc}")
+            continue
+        for name in names:
+            path = os.path.join(directory, name)
+            try:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, onerror=_force)
+                else:
+                    os.unlink(path)
+            except OSError as exc:
+                problems.append(f"cannot remove {path}: {exc}")
+        if os.listdir(directory):
+            problems.append(f"{directory} is not empty")
+    for kind in ("shm", "msg", "sem"):
+        for ident in _ipc_ids(kind):
+            if kind == "shm":
+                _libc.shmctl(ident, _IPC_RMID, None)
+            elif kind == "msg":
+                _libc.msgctl(ident, _IPC_RMID, None)
+            else:
+                _libc.semctl(ident, 0, _IPC_RMID)
+        if _ipc_ids(kind):
+            problems.append(f"SysV {kind} objects are left")
+    left = [name for name in os.listdir("/proc") if name.isdigit() and name != "1"]
+    if left:
+        problems.append(f"processes are left: {left}")
+    return problems
+
+
+def _force(function, path, _exc_info) -> None:
+    """rmtree's error handler: a directory the call made unreadable is made readable again."""
+    parent = os.path.dirname(path)
+    os.chmod(parent, 0o700)
+    if os.path.isdir(path) and not os.path.islink(path):
+        os.chmod(path, 0o700)
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _ipc_ids(kind: str) -> list[int]:
+    try:
+        with open(f"/proc/sysvipc/{kind}") as handle:
+            lines = handle.read().splitlines()[1:]
+    except OSError:
+        return []
+    ids = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 1 and fields[1].isdigit():
+            ids.append(int(fields[1]))
+    return ids
+
+
+def _send(control: socket.socket, message: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(message).encode() + b"\n"
+    if fds:
+        control.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        control.sendall(data)
+
+
+def _receive(control: socket.socket, buffer: bytes) -> tuple[dict | None, list[int], bytes]:
+    fds: list[int] = []
+    while b"\n" not in buffer:
+        data, ancillary, _flags, _address = control.recvmsg(1 << 16, socket.CMSG_SPACE(16 * 4))
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % 4
+                fds += array.array("i", payload[:usable]).tolist()
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            return None, [], b""
+        buffer += data
+    line, _, rest = buffer.partition(b"\n")
+    try:
+        message = json.loads(line)
+    except ValueError:
+        message = {}
+    return (message if isinstance(message, dict) else {}), fds, rest
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,628 @@
+"""Warm sandboxes: a bubblewrap sandbox started ahead of need, whose long-lived parent
+(``toolhub/runtime/forkserver.py``, pid 1 inside) has the runtime and pydantic imported and forks
+one child per call. A call then pays a ``fork`` instead of bubblewrap's and CPython's start-up.
+
+Invariants, and what holds each:
+
+- The toolkit's code runs only in the child made for that one call: the parent never loads a
+  toolkit, the source is handed over per call (a memfd, written to ``/opt/toolkit/toolkit.py``
+  by the parent and removed after the call), so a new revision is simply the next call's
+  source, and nothing the code does to module globals outlives its process.
+- One call at a time per sandbox (``WarmSandbox.busy``), and after each call the parent kills
+  every other process of the namespace, reaps them, empties ``/tmp``, ``/dev/shm`` and
+  ``/opt/toolkit`` and removes every SysV IPC object; keys and POSIX message queues cannot be
+  made at all (the seccomp filter). Whatever it cannot clean, and any protocol surprise, retires
+  the sandbox; so do ``max_calls`` calls and ``max_age`` seconds.
+- The parent is not dumpable and pid 1 (see the fork server's docstring); the call runs under
+  the same seccomp filter, so it cannot trace, read or write the parent.
+- Limits per call as in a cold sandbox: rlimits set in the child, a cgroup of its own per call
+  (the host moves the child in before it reads its request), wall time, output and message size
+  watched by the same session code; a call that hits one is killed (through a pidfd the parent
+  passes up) without touching the sandbox.
+- A sandbox is keyed by its environment and runtime copy; toolkits with an egress grant (a proxy
+  bound per run) are never run warm.
+
+Django-free; ``toolhub.runs.sandbox`` decides when to use a pool.
+"""
+
+from __future__ import annotations
+
+import array
+import json
+import os
+import resource
+import selectors
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+
+from toolhub.sandbox import launcher
+from toolhub.sandbox.cgroups import RunCgroups
+from toolhub.sandbox.limits import Limits, SandboxOutcome, SandboxUnavailable
+from toolhub.sandbox.session import RunState, Session, classify
+from toolhub.sandbox.uids import UidPool
+
+FORKSERVER_ARGV: tuple[str, ...] = ("/opt/env/bin/python", "-I", "/opt/runtime/forkserver.py")
+# Room for the largest accepted source (512 KiB) in /opt/toolkit.
+_TOOLKIT_TMPFS_BYTES = 2 << 20
+_READY_TIMEOUT = 30.0
+_CONTROL_TIMEOUT = 10.0
+_KILL_PATIENCE = 2.0
+
+
+class WarmSandboxBroken(RuntimeError):
+    """The sandbox's parent misbehaved or died; the sandbox has been retired."""
+
+
+@dataclass
+class WarmSandbox:
+    """One warm sandbox: bubblewrap, the fork server inside, and the control socket to it."""
+
+    interpreter_env: Path
+    runtime_dir: Path
+    limits: Limits
+    bwrap: str = "bwrap"
+    sandbox_user: str = launcher.DEFAULT_SANDBOX_USER
+    uid_pool: UidPool | None = None
+    max_calls: int = 100
+    max_age: float = 600.0
+    cgroup_root: Path | None = launcher.DEFAULT_CGROUP_ROOT
+    calls: int = 0
+    started_at: float = 0.0
+    last_used: float = 0.0
+    busy: bool = False
+    retired: bool = False
+    problems: list[str] = field(default_factory=list)
+
+    def start(self) -> WarmSandbox:
+        self._lease = None
+        user = self.sandbox_user
+        if self.uid_pool is not None:
+            self._lease = self.uid_pool.acquire()
+            user = self._lease.user.name
+        try:
+            self._identity = launcher._resolve_identity(bwrap=self.bwrap, sandbox_user=user)
+            self._own_uid = self._lease is not None
+            self._spawn()
+        except BaseException:
+            self.retire()
+            raise
+        return self
+
+    @property
+    def uid(self) -> int:
+        return self._identity.uid
+
+    def _spawn(self) -> None:
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        seccomp_fd = launcher._seccomp_fd()
+        argv = self._argv(seccomp_fd=seccomp_fd)
+        limits = self.limits
+        # The parent's own limits: address space, files, no core; no CPU limit (it lives for many
+        # calls and uses almost none), each child sets the call's own.
+        rlimits = [
+            (resource.RLIMIT_AS, limits.memory_bytes),
+            (resource.RLIMIT_NOFILE, limits.open_files),
+            (resource.RLIMIT_FSIZE, limits.file_size_bytes),
+            (resource.RLIMIT_CORE, 0),
+        ]
+
+        def setup() -> None:
+            for which, value in rlimits:
+                resource.setrlimit(which, (value, value))
+
+        try:
+            self.process = subprocess.Popen(
+                argv,
+                stdin=child_end.fileno(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                close_fds=True,
+                pass_fds=(seccomp_fd,),
+                env=launcher._BWRAP_ENV,
+                cwd="/",
+                umask=0o077,
+                start_new_session=True,
+                preexec_fn=setup,
+                **launcher._privilege_kwargs(self._identity),
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SandboxUnavailable(f"bubblewrap could not be started: {exc}") from exc
+        finally:
+            child_end.close()
+            os.close(seccomp_fd)
+        self.control = parent_end
+        self._buffer = b""
+        self.started_at = self.last_used = time.monotonic()
+        message, _ = self._receive(_READY_TIMEOUT)
+        if message is None or message.get("op") != "ready":
+            stderr = self._stderr_tail()
+            raise SandboxUnavailable(f"the warm sandbox did not start: {stderr or message}")
+
+    def _argv(self, *, seccomp_fd: int) -> list[str]:
+        limits = self.limits
+        args = [self._identity.bwrap, *launcher._ISOLATION_ARGS, "--hostname", "sandbox", "--clearenv"]
+        for name, value in launcher._SANDBOX_ENV.items():
+            args += ["--setenv", name, value]
+        args += launcher._usr_args()
+        prefix = launcher._interpreter_prefix(Path(self.interpreter_env))
+        if prefix is not None:
+            args += ["--ro-bind", str(prefix), str(prefix)]
+        args += [*launcher._proc_args(), "--dev", "/dev"]
+        args += [
+            "--size",
+            str(limits.tmp_bytes),
+            "--tmpfs",
+            "/tmp",
+            "--size",
+            str(limits.tmp_bytes),
+            "--tmpfs",
+            "/dev/shm",
+        ]
+        args += ["--ro-bind", str(self.interpreter_env), launcher.SANDBOX_ENV_PATH]
+        args += ["--ro-bind", str(self.runtime_dir), launcher.SANDBOX_RUNTIME_PATH]
+        args += ["--size", str(_TOOLKIT_TMPFS_BYTES), "--tmpfs", "/opt/toolkit"]
+        args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
+        args += ["--seccomp", str(seccomp_fd), "--", *FORKSERVER_ARGV]
+        return args
+
+    # -- control messages
+
+    def _receive(self, timeout: float) -> tuple[dict | None, list[int]]:
+        deadline = time.monotonic() + timeout
+        fds: list[int] = []
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None, fds
+            self.control.settimeout(remaining)
+            try:
+                data, ancillary, _flags, _address = self.control.recvmsg(1 << 16, socket.CMSG_SPACE(4 * 4))
+            except (TimeoutError, OSError):
+                return None, fds
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    usable = len(payload) - len(payload) % 4
+                    fds += array.array("i", payload[:usable]).tolist()
+            if not data:
+                return None, fds
+            self._buffer += data
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return None, fds
+        return (message if isinstance(message, dict) else None), fds
+
+    def _stderr_tail(self) -> str:
+        stream = self.process.stderr
+        if stream is None:
+            return ""
+        os.set_blocking(stream.fileno(), False)
+        try:
+            data = os.read(stream.fileno(), 8192)
+        except BlockingIOError:
+            return ""
+        return data.decode("utf-8", "replace").strip()
+
+    # -- one call
+
+    def call(
+        self,
+        *,
+        source: bytes,
+        request: dict,
+        limits: Limits,
+        on_message: Callable[[dict], dict | None],
+    ) -> SandboxOutcome:
+        if self.busy or self.retired:
+            raise RuntimeError("a warm sandbox serves one call at a time, and none once retired")
+        self.busy = True
+        try:
+            return self._call(source=source, request=request, limits=limits, on_message=on_message)
+        finally:
+            self.busy = False
+            self.calls += 1
+            self.last_used = time.monotonic()
+            if self.problems or self.calls >= self.max_calls or not self.usable():
+                self.retire()
+
+    def usable(self) -> bool:
+        return (
+            not self.retired
+            and not self.problems
+            and self.process.poll() is None
+            and self.calls < self.max_calls
+            and time.monotonic() - self.started_at < self.max_age
+        )
+
+    def _call(
+        self, *, source: bytes, request: dict, limits: Limits, on_message: Callable[[dict], dict | None]
+    ) -> SandboxOutcome:
+        started = time.monotonic()
+        request_line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
+        ours: list[int] = []
+        theirs: list[int] = []
+        try:
+            stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+            stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
+            stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
+            ours += [stdin_w, stdout_r, stderr_r]
+            source_fd = os.memfd_create("toolkit-source", os.MFD_CLOEXEC)
+            theirs += [stdin_r, stdout_w, stderr_w, source_fd]
+            os.write(source_fd, source)
+            message = {"op": "call", "limits": self._child_limits(limits)}
+            data = json.dumps(message).encode() + b"\n"
+            self.control.settimeout(_CONTROL_TIMEOUT)
+            self.control.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
+        except OSError as exc:
+            for fd in ours + theirs:
+                os.close(fd)
+            self._broken(f"cannot hand the call over: {exc}")
+        for fd in theirs:
+            os.close(fd)
+        reply, fds = self._receive(_CONTROL_TIMEOUT)
+        if reply is None or reply.get("op") != "started" or len(fds) != 1:
+            for fd in ours + fds:
+                os.close(fd)
+            self._broken(f"the fork server did not start the call: {reply}")
+        pidfd = fds[0]
+        cgroups = RunCgroups(self.cgroup_root, limits)
+        session: _CallSession | None = None
+        try:
+            host_pid = _pidfd_pid(pidfd)
+            for fd in cgroups.fds:
+                os.write(fd, str(host_pid).encode())
+            cgroups.close_fds()
+            session = _CallSession(
+                sandbox=self,
+                stdin_fd=stdin_w,
+                stdout_fd=stdout_r,
+                stderr_fd=stderr_r,
+                pidfd=pidfd,
+                limits=limits,
+                on_message=on_message,
+            )
+            ours = []
+            session.send(request_line)
+            session.run()
+            duration_ms = int((time.monotonic() - started) * 1000)
+            oom = cgroups.oom_killed()
+            pids_hit = cgroups.pids_limit_hit()
+            cpu_ms = cgroups.cpu_ms()
+        finally:
+            if session is not None:
+                session.close()
+            else:
+                os.close(pidfd)
+            for fd in ours:
+                os.close(fd)
+            cgroups.kill_and_remove()
+        done = session.done
+        if done is None:
+            self._broken("the fork server did not report the end of the call")
+        self.problems += [str(problem) for problem in done.get("problems") or []]
+        status = done.get("status")
+        exit_code = os.waitstatus_to_exitcode(status) if isinstance(status, int) else None
+        if exit_code is not None and exit_code < 0:
+            exit_code = 128 - exit_code
+        if cpu_ms is None:
+            cpu_ms = int((float(done.get("utime") or 0) + float(done.get("stime") or 0)) * 1000)
+        state = session.state
+        stderr_tail = state.stderr_tail.decode("utf-8", "replace")
+        status_name, limit, hit = classify(
+            state=state,
+            exit_code=exit_code,
+            stderr_tail=stderr_tail,
+            oom=oom,
+            pids_hit=pids_hit,
+            cpu_ms=cpu_ms,
+            limits=limits,
+        )
+        return SandboxOutcome(
+            final=state.final,
+            status=status_name,
+            limit=limit,
+            exit_code=exit_code,
+            stderr_tail=stderr_tail,
+            duration_ms=duration_ms,
+            cpu_ms=cpu_ms,
+            max_rss_kb=done.get("maxrss") if isinstance(done.get("maxrss"), int) else None,
+            limits_hit=hit,
+            dropped_lines=state.dropped_lines,
+            cgroups=cgroups.active,
+            messages=state.messages,
+            output_bytes=state.output_bytes,
+        )
+
+    def _child_limits(self, limits: Limits) -> dict[str, int]:
+        # bubblewrap and the fork server are two more processes of the uid; one more where the
+        # call's pids cgroup is to stop a fork bomb first (and say so).
+        pids_cgroup = self.cgroup_root is not None and (Path(self.cgroup_root) / "pids").is_dir()
+        if self._own_uid:
+            nproc = limits.processes + (3 if pids_cgroup else 2)
+        else:
+            nproc = 8 * limits.processes if pids_cgroup else limits.processes + 2
+        return {
+            "RLIMIT_CPU": limits.cpu_seconds,
+            "RLIMIT_AS": limits.memory_bytes,
+            "RLIMIT_NPROC": nproc,
+            "RLIMIT_NOFILE": limits.open_files,
+            "RLIMIT_FSIZE": limits.file_size_bytes,
+            "RLIMIT_CORE": 0,
+        }
+
+    def _broken(self, reason: str) -> NoReturn:
+        self.problems.append(reason)
+        self.retire()
+        raise WarmSandboxBroken(reason)
+
+    def retire(self) -> None:
+        """Stop the sandbox for good and give its uid back."""
+        if self.retired:
+            return
+        self.retired = True
+        process = getattr(self, "process", None)
+        if process is not None:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                process.kill()
+            process.wait()
+            if process.stderr is not None:
+                process.stderr.close()
+        control = getattr(self, "control", None)
+        if control is not None:
+            control.close()
+        lease = getattr(self, "_lease", None)
+        if lease is not None:
+            lease.release()
+            self._lease = None
+
+
+def _pidfd_pid(pidfd: int) -> int:
+    """The host pid behind a pidfd (its ``fdinfo`` names it in the reader's pid namespace)."""
+    with open(f"/proc/self/fdinfo/{pidfd}") as handle:
+        for line in handle:
+            name, _, value = line.partition(":")
+            if name == "Pid":
+                pid = int(value)
+                if pid <= 0:
+                    raise WarmSandboxBroken("the call's process is already gone")
+                return pid
+    raise WarmSandboxBroken("no pid for the call's pidfd")
+
+
+class _CallSession(Session):
+    """The session loop of ``toolhub.sandbox.session`` over one warm call's pipes.
+
+    The end of the call is the fork server's ``done`` report (sent once everything of the call
+    is dead and cleaned), not a process exit; a kill goes to the call's process through its
+    pidfd, and escalates to retiring the whole sandbox.
+    """
+
+    def __init__(
+        self,
+        *,
+        sandbox: WarmSandbox,
+        stdin_fd: int,
+        stdout_fd: int,
+        stderr_fd: int,
+        pidfd: int,
+        limits: Limits,
+        on_message: Callable[[dict], dict | None],
+    ) -> None:
+        self.sandbox = sandbox
+        self.limits = limits
+        self.on_message = on_message
+        self.state = RunState()
+        self.bwrap_status: dict = {}
+        self.usage = None
+        self.stdin_fd = stdin_fd
+        self.stdout_fd = stdout_fd
+        self.stderr_fd = stderr_fd
+        self.status_fd = -1
+        self.control_fd = sandbox.control.fileno()
+        for fd in (stdin_fd, stdout_fd, stderr_fd):
+            os.set_blocking(fd, False)
+        self.bwrap_pidfd = -1
+        self.child_pidfd: int | None = pidfd
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(stdout_fd, selectors.EVENT_READ, "stdout")
+        self.selector.register(stderr_fd, selectors.EVENT_READ, "stderr")
+        self.selector.register(self.control_fd, selectors.EVENT_READ, "exit")
+        self.open_streams = {"stdout", "stderr"}
+        self.stdout_buffer = bytearray()
+        self.status_buffer = bytearray()
+        self.pending_stdin = bytearray()
+        self.stdin_open = True
+        self.stdin_registered = False
+        self.deadline = time.monotonic() + limits.wall_seconds
+        self.host_budget = limits.host_wait_seconds
+        self.final_at: float | None = None
+        self.killed_at: float | None = None
+        self.bwrap_signalled = False
+        self.exited_at: float | None = None
+        self.done: dict | None = None
+
+    def _handle(self, name: str) -> None:
+        if name != "exit":
+            super()._handle(name)
+            return
+        self.selector.unregister(self.control_fd)
+        message, fds = self.sandbox._receive(_CONTROL_TIMEOUT)
+        for fd in fds:
+            os.close(fd)
+        if message is not None and message.get("op") == "done":
+            self.done = message
+        self.exited_at = time.monotonic()
+        self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if not self.stdin_open:
+            return
+        if self.stdin_registered:
+            self.selector.unregister(self.stdin_fd)
+            self.stdin_registered = False
+        self.stdin_open = False
+        self.pending_stdin.clear()
+        os.close(self.stdin_fd)
+
+    def _signal_bwrap(self) -> None:
+        # The call would not die: the sandbox is not to be trusted with another one.
+        self.bwrap_signalled = True
+        self.sandbox.problems.append("a call's process did not die when killed")
+        self.sandbox.retire()
+        self.exited_at = time.monotonic()
+
+    def _reap(self) -> None:
+        return
+
+    def close(self) -> None:
+        if self.exited_at is None:
+            self.kill("aborted")
+            # Wait for the fork server's report, then give up on the sandbox.
+            self.sandbox.control.settimeout(_KILL_PATIENCE)
+            message, fds = self.sandbox._receive(_KILL_PATIENCE)
+            for fd in fds:
+                os.close(fd)
+            if message is not None and message.get("op") == "done":
+                self.done = message
+            else:
+                self.sandbox.problems.append("the fork server did not report after an aborted call")
+                self.sandbox.retire()
+        self.selector.close()
+        if self.child_pidfd is not None:
+            os.close(self.child_pidfd)
+            self.child_pidfd = None
+        self._close_stdin()
+        for fd in (self.stdout_fd, self.stderr_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# The pool
+
+
+# A warm sandbox serves one environment, one runtime copy and one tmpfs size.
+_Key = tuple[str, str, int]
+
+
+@dataclass
+class WarmPool:
+    """Warm sandboxes of one worker process, keyed by environment and runtime copy.
+
+    ``size`` sandboxes at most per key, idle ones stopped after ``idle_timeout`` seconds; each
+    retired after ``max_calls`` calls or ``max_age`` seconds, or at the first anomaly.
+    """
+
+    size: int = 2
+    idle_timeout: float = 300.0
+    max_calls: int = 100
+    max_age: float = 600.0
+    bwrap: str = "bwrap"
+    sandbox_user: str = launcher.DEFAULT_SANDBOX_USER
+    uid_pool: UidPool | None = None
+    cgroup_root: Path | None = launcher.DEFAULT_CGROUP_ROOT
+    _idle: dict[_Key, list[WarmSandbox]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    started: int = 0
+
+    def run(
+        self,
+        *,
+        interpreter_env: Path,
+        runtime_dir: Path,
+        source_path: Path,
+        request: dict,
+        limits: Limits,
+        on_message: Callable[[dict], dict | None],
+    ) -> SandboxOutcome:
+        """Like ``launcher.run_sandboxed`` (no extra binds), on a warm sandbox."""
+        source = Path(source_path).read_bytes()
+        key = (str(Path(interpreter_env).resolve()), str(Path(runtime_dir).resolve()), limits.tmp_bytes)
+        sandbox = self._take(key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits)
+        try:
+            return sandbox.call(source=source, request=request, limits=limits, on_message=on_message)
+        finally:
+            self._give_back(key, sandbox)
+
+    def warm(self, *, interpreter_env: Path, runtime_dir: Path, limits: Limits) -> None:
+        """Start one sandbox for this environment ahead of need (unless one is idle already)."""
+        key = (str(Path(interpreter_env).resolve()), str(Path(runtime_dir).resolve()), limits.tmp_bytes)
+        with self._lock:
+            if self._idle.get(key):
+                return
+        sandbox = self._start(interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits)
+        self._give_back(key, sandbox)
+
+    def _take(self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits) -> WarmSandbox:
+        self.reap()
+        with self._lock:
+            idle = self._idle.get(key, [])
+            while idle:
+                sandbox = idle.pop()
+                if sandbox.usable():
+                    return sandbox
+                sandbox.retire()
+        return self._start(interpreter_env=interpreter_env, runtime_dir=runtime_dir, limits=limits)
+
+    def _start(self, *, interpreter_env: Path, runtime_dir: Path, limits: Limits) -> WarmSandbox:
+        self.started += 1
+        return WarmSandbox(
+            interpreter_env=interpreter_env,
+            runtime_dir=runtime_dir,
+            limits=limits,
+            bwrap=self.bwrap,
+            sandbox_user=self.sandbox_user,
+            uid_pool=self.uid_pool,
+            max_calls=self.max_calls,
+            max_age=self.max_age,
+            cgroup_root=self.cgroup_root,
+        ).start()
+
+    def _give_back(self, key: _Key, sandbox: WarmSandbox) -> None:
+        if not sandbox.usable():
+            sandbox.retire()
+            return
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < self.size:
+                idle.append(sandbox)
+                return
+        sandbox.retire()
+
+    def reap(self) -> None:
+        """Stop idle sandboxes past their idle time, age or call count."""
+        now = time.monotonic()
+        with self._lock:
+            for key, idle in list(self._idle.items()):
+                keep = []
+                for sandbox in idle:
+                    if sandbox.usable() and now - sandbox.last_used < self.idle_timeout:
+                        keep.append(sandbox)
+                    else:
+                        sandbox.retire()
+                self._idle[key] = keep
+
+    def idle(self) -> list[WarmSandbox]:
+        with self._lock:
+            return [sandbox for idle in self._idle.values() for sandbox in idle]
+
+    def close(self) -> None:
+        with self._lock:
+            for idle in self._idle.values():
+                for sandbox in idle:
+                    sandbox.retire()
+            self._idle.clear()
