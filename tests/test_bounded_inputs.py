@@ -332,3 +332,60 @@ def test_the_refusal_is_translated(client, carol):
     response = client.get("/toolkits/", {"q": "\x00"}, HTTP_ACCEPT_LANGUAGE="fr")
     assert response.status_code == 400
     assert response.content.decode() == 'Refusé : le paramètre de requête « q » contient un caractère NUL, qui ne peut pas être stocké.\n'
+
+
+# THE PACKAGE QUEUE PAGE AND BULK REQUESTS (finding 1)
+# ------------------------------------------------------------------------------------------
+
+
+def _upload_queries(alice, title: str, count: int) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    source = toolkit_source(title, ", ".join(f"{title.lower()}-{i}" for i in range(count)))
+    with CaptureQueriesContext(connection) as queries:
+        services.toolkit_create(source=source, user=alice)
+    return len(queries)
+
+
+def test_recording_a_revisions_package_requests_is_a_bulk_operation(alice):
+    few = _upload_queries(alice, "Few", 2)
+    many = _upload_queries(alice, "Many", MAX_REQUIREMENTS)
+    assert many == few
+    assert PackageRequest.objects.count() == 2 + MAX_REQUIREMENTS
+
+
+def test_the_queue_page_pages_and_never_reads_a_revisions_heavy_columns(client, admin, alice, upload):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    upload(alice, toolkit_source("Many", ", ".join(f"pkg-{i:02}" for i in range(60))), slug="many")
+    for i in range(22):
+        upload(alice, toolkit_source(f"Again {i}", "pkg-00"), slug=f"again_{i:02}")
+    client.force_login(admin)
+    client.get("/packages/")
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get("/packages/")
+    assert response.status_code == 200
+    sql = " ".join(q["sql"] for q in queries)
+    for column in ('"source"', '"build_log"', '"lock"', '"traceback"', '"manifest"'):
+        assert column not in sql
+    page = response.content.decode()
+    assert page.count('name="name" value="pkg-') == 50
+    assert "and 3 more revisions" in page  # pkg-00: many and again_00..21 ask, 20 are listed
+    assert "Page 1 of 2" in page
+    second = client.get("/packages/", {"page": 2}).content.decode()
+    assert second.count('name="name" value="pkg-') == 10
+
+
+def test_the_queue_form_refuses_an_overlong_reason_or_constraint(client, admin, alice, upload):
+    upload(alice, toolkit_source("Sizes", "humanize>=4"), slug="sizes")
+    client.force_login(admin)
+    response = client.post("/packages/decide/", {"name": "humanize", "action": "reject", "reason": "x" * 2001}, follow=True)
+    assert "A reason has at most 2,000 characters." in response.content.decode()
+    response = client.post("/packages/decide/", {"name": "humanize", "action": "approve", "constraint": ">=1," * 60}, follow=True)
+    assert "A constraint has at most 200 characters." in response.content.decode()
+    response = client.post("/packages/decide/", {"name": "a" * 201, "action": "approve"}, follow=True)
+    assert "A package name has at most 200 characters." in response.content.decode()
+    assert Package.objects.get(name="humanize").status == "pending"
+    assert Package.objects.count() == 1

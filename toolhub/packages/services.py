@@ -14,6 +14,9 @@ from packaging.utils import InvalidName, canonicalize_name
 
 from toolhub.packages.models import Approval, Decision, Package, PackageRequest
 
+# The reason for a rejection is shown to every author who asked; 2,000 characters is plenty.
+MAX_REASON_CHARS = 2000
+
 
 class InvalidDecision(ValueError):
     """A decision an admin asked for that cannot be made; `field` names the bad input."""
@@ -40,6 +43,9 @@ def normalise(name: str) -> str:
 def validate_name(name: str) -> str:
     """The PEP 503 form of a package name an admin typed or posted; refuses anything that
     is not a project name, so no row is ever made for a name no requirement could use."""
+    limit = Package._meta.get_field("name").max_length or 200
+    if len(name) > limit:
+        raise InvalidPackageName(f"A package name has at most {limit} characters.")
     try:
         return canonicalize_name(name.strip(), validate=True)
     except InvalidName:
@@ -54,12 +60,25 @@ def requests_record(*, revision_id: int, wanted: dict[str, str], transitive: dic
     is seen by the evaluation."""
     wanted = {normalise(n): s for n, s in wanted.items()}
     transitive = {n: s for n, s in ((normalise(n), s) for n, s in transitive.items()) if n not in wanted}
-    for name in sorted({*wanted, *transitive}):
-        package = _locked_package(name)
-        PackageRequest.objects.update_or_create(
-            package=package, revision_id=revision_id,
-            defaults={"specifier": wanted.get(name, transitive.get(name, "")), "transitive": name in transitive},
-        )
+    names = sorted({*wanted, *transitive})
+    if not names:
+        return
+    # Three statements whatever the number of names: the missing rows in one insert (a
+    # concurrent insert of the same name is ignored), all of them locked in name order by
+    # one query, then every request written by one upsert.
+    Package.objects.bulk_create([Package(name=name) for name in names], ignore_conflicts=True)
+    packages = list(Package.objects.select_for_update().filter(name__in=names).order_by("name"))
+    PackageRequest.objects.bulk_create(
+        [
+            PackageRequest(
+                package=package, revision_id=revision_id,
+                specifier=wanted.get(package.name, transitive.get(package.name, "")),
+                transitive=package.name in transitive,
+            )
+            for package in packages
+        ],
+        update_conflicts=True, unique_fields=["package", "revision"], update_fields=["specifier", "transitive"],
+    )
 
 
 def request_decisions(*, revision_id: int) -> tuple[list[tuple[str, str]], list[str]]:
@@ -108,6 +127,9 @@ def decisions_record(*, names: Iterable[str], status: str, user: User, constrain
 
 def clean_constraint(constraint: str) -> str:
     constraint = constraint.strip()
+    limit = Package._meta.get_field("constraint").max_length or 200
+    if len(constraint) > limit:
+        raise InvalidConstraint(f"A constraint has at most {limit} characters.")
     if constraint:
         try:
             SpecifierSet(constraint)
@@ -126,6 +148,8 @@ def clean_rejection(*, names: Iterable[str], reason: str) -> tuple[list[str], st
     reason = reason.strip()
     if not reason:
         raise MissingReason("Give a reason for rejecting; the toolkit's author will see it.")
+    if len(reason) > MAX_REASON_CHARS:
+        raise MissingReason(f"A reason has at most {MAX_REASON_CHARS:,} characters.")
     return [validate_name(name) for name in names], reason
 
 

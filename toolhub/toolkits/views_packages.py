@@ -5,6 +5,7 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db.models import Count, Prefetch
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -20,6 +21,10 @@ from toolhub.toolkits import lifecycle
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
 from toolhub.toolkits.views import detail_context
+
+# Packages per page of the queue, and the requests listed for each (the rest are counted).
+QUEUE_PAGE = 50
+QUEUE_REQUESTS = 20
 
 
 def _admin_only(request: HttpRequest) -> None:
@@ -47,21 +52,33 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     status = request.GET.get("status", Approval.PENDING)
     if status not in Approval.values:
         status = Approval.PENDING
-    requests = PackageRequest.objects.select_related("revision__toolkit").order_by(
-        "revision__toolkit__slug", "revision__number"
+    # Only the columns shown: a revision's source, lock and build log stay in the database,
+    # and each package lists its first requests only (with their count).
+    requests = (
+        PackageRequest.objects.select_related("revision__toolkit")
+        .only("package_id", "specifier", "transitive", "revision__number", "revision__toolkit__slug")
+        .order_by("revision__toolkit__slug", "revision__number")
     )
     packages = (
         Package.objects.filter(status=status)
         .select_related("reviewed_by")
-        .prefetch_related(Prefetch("requests", queryset=requests))
+        .only("name", "status", "constraint", "reason", "reviewed_at", "reviewed_by__username")
+        .annotate(requested_count=Count("requests"))
+        .prefetch_related(Prefetch("requests", queryset=requests[:QUEUE_REQUESTS], to_attr="shown_requests"))
         .order_by("name")
     )
-    decisions = Decision.objects.select_related("package", "decided_by")[:50]
+    page = Paginator(packages, QUEUE_PAGE).get_page(request.GET.get("page"))
+    for package in page:
+        package.more_requests = package.requested_count - len(package.shown_requests)
+    decisions = Decision.objects.select_related("package", "decided_by").only(
+        "status", "constraint", "reason", "decided_at", "package__name", "decided_by__username"
+    )[:50]
     counts = dict(Package.objects.values_list("status").annotate(n=Count("pk")))
     statuses = [(value, label, counts.get(value, 0)) for value, label in Approval.choices]
     return render(
         request, "packages/queue.html",
-        {"packages": packages, "status": status, "decisions": decisions, "statuses": statuses},
+        {"packages": page, "page": page, "status": status, "decisions": decisions, "statuses": statuses,
+         "constraint_max": 200, "reason_max": services.MAX_REASON_CHARS},
     )
 
 
