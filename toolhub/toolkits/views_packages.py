@@ -69,7 +69,9 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     )
     page = Paginator(packages, QUEUE_PAGE).get_page(request.GET.get("page"))
     for package in page:
-        package.more_requests = package.requested_count - len(package.shown_requests)
+        # Set by the annotation and the prefetch above (names the stubs cannot see).
+        shown = len(getattr(package, "shown_requests"))  # noqa: B009
+        setattr(package, "more_requests", getattr(package, "requested_count") - shown)  # noqa: B009,B010
     decisions = Decision.objects.select_related("package", "decided_by").only(
         "status", "constraint", "reason", "decided_at", "package__name", "decided_by__username"
     )[:50]
