@@ -160,7 +160,8 @@ def test_it_logs_the_command_and_its_output(demo_index: DemoIndex, tmp_path: Pat
         workdir=tmp_path,
     )
     [command] = log.commands()
-    assert "pip-compile --generate-hashes" in command
+    # pip-compile runs under the environment's interpreter (tests/test_lock_interpreter.py).
+    assert f"$ {INTERPRETER} -S {build_runner.find_tool('pip-compile')} --generate-hashes" in command
     assert f"--find-links {demo_index.wheelhouse}" in command
     assert any("toolhub-demo-b==2.0" in line for line in log)
 

@@ -6,11 +6,13 @@ Celery tasks decide where settings come from and this module only does the work.
 
 The API
 -------
-`compile_lock(requirements=, constraints=, index=, log=, timeouts=, workdir=, ...) -> str`
-    Runs `pip-compile --generate-hashes` (the one installed next to `sys.executable`) over the
-    requirements plus `BASE_REQUIREMENTS`, with the approved constraints as a `-c` file, and
-    returns the lock text. The lock names no index, find-links or paths, so it means the same
-    thing on every host.
+`compile_lock(requirements=, constraints=, index=, log=, timeouts=, workdir=, interpreter=, ...) -> str`
+    Runs `pip-compile --generate-hashes` (ToolHub's own pip-tools, imported by `interpreter`, the
+    Python the environment will run, so `Requires-Python` and markers are judged for its exact
+    version) over the requirements plus `BASE_REQUIREMENTS`, with the approved constraints as a
+    `-c` file, and returns the lock text. Its first line records that version
+    (`LOCK_PYTHON_PREFIX`, see `lock_python`). The lock names no index, find-links or paths, so
+    it means the same thing on every host.
 `lock_pins(lock) -> dict[str, str]`, `lock_package_names(lock) -> list[str]`
     The PEP 503 names pinned in a lock, with or without their specifiers (for the
     "transitive packages need approval" setting).
@@ -74,6 +76,7 @@ from toolhub.packages.build_runner import (
 __all__ = [
     "BASE_REQUIREMENTS",
     "DEFAULT_INTERPRETER",
+    "LOCK_PYTHON_PREFIX",
     "MARKER_NAME",
     "BuildFailed",
     "EnvInfo",
@@ -83,7 +86,9 @@ __all__ = [
     "ensure_environment",
     "environment_key",
     "environment_python",
+    "interpreter_release",
     "interpreter_version",
+    "lock_python",
     "list_environments",
     "lock_package_names",
     "lock_pins",
@@ -96,6 +101,10 @@ BASE_REQUIREMENTS: tuple[str, ...] = ("pydantic>=2,<3",)
 
 # Debian's interpreter: the sandbox user can read it, unlike a pyenv build under /root.
 DEFAULT_INTERPRETER = "/usr/bin/python3.11"
+
+# The lock's first line: "# Resolved for Python 3.11.2".
+LOCK_PYTHON_PREFIX = "# Resolved for Python "
+_RELEASE = re.compile(r"\d+\.\d+\.\d+")
 
 # Written last into a finished environment; its absence means "never use this directory".
 MARKER_NAME = "toolhub-environment.json"
@@ -186,25 +195,36 @@ def compile_lock(
     workdir: Path,
     base_requirements: Sequence[str] = BASE_REQUIREMENTS,
     cache_dir: Path | None = None,
+    interpreter: str = DEFAULT_INTERPRETER,
 ) -> str:
     """Resolve requirements (plus the runtime's base requirements) into a hashed lock.
 
     `workdir` receives requirements.in, constraints.txt and the output; `cache_dir` (pip's and
     pip-tools' caches) defaults to a directory inside it, i.e. no cache shared between calls.
+
+    The resolver runs under `interpreter`, not under the worker's own Python: pip judges
+    `Requires-Python` and environment markers by the interpreter it runs in, and a worker on
+    3.11.7 would pin releases that an environment on 3.11.2 then refuses to install. ToolHub's
+    pip-tools and pip are pure Python, so the target interpreter imports them from ToolHub's
+    site-packages (`-S` keeps its own site-packages, which may hold another pip, out).
     """
     deadline = time.monotonic() + timeouts.total_seconds
+    release = interpreter_release(interpreter)
     wanted = _clean_requirements([*requirements, *base_requirements], kind="requirement")
     limits = _clean_requirements(constraints, kind="constraint")
 
     workdir.mkdir(parents=True, exist_ok=True)
     home = workdir / "home"
     home.mkdir(exist_ok=True)
-    cache = cache_dir or workdir / "cache"
+    # Per Python release: pip-tools caches each package's dependencies with markers evaluated.
+    cache = (cache_dir or workdir / "cache") / f"python-{release}"
     (workdir / "requirements.in").write_text("".join(f"{line}\n" for line in wanted))
     output = workdir / "requirements.txt"
     output.unlink(missing_ok=True)
 
     argv = [
+        interpreter,
+        "-S",
         str(find_tool("pip-compile")),
         "--generate-hashes",
         # -v makes pip name each distribution it takes up, so the log (and the reason for a
@@ -231,6 +251,7 @@ def compile_lock(
 
     env = tool_env(home=home, timeouts=timeouts, extra=index.env())
     env |= {"PIP_CACHE_DIR": str(cache / "pip"), "PIP_TOOLS_CACHE_DIR": str(cache / "pip-tools")}
+    env["PYTHONPATH"] = str(_tools_site_packages())
     result = run_logged(
         argv,
         env=env,
@@ -242,7 +263,23 @@ def compile_lock(
     )
     if result.returncode != 0 or not output.is_file():
         raise BuildFailed(explain_failure("pip-compile", result, index_url=index.index_url, constraints=limits))
-    return output.read_text()
+    return f"{LOCK_PYTHON_PREFIX}{release}\n" + output.read_text()
+
+
+def lock_python(lock: str) -> str | None:
+    """The Python release a lock was resolved for ("3.11.2"), or None for an older lock."""
+    first = lock.lstrip().split("\n", 1)[0].rstrip()
+    if first.startswith(LOCK_PYTHON_PREFIX):
+        release = first.removeprefix(LOCK_PYTHON_PREFIX)
+        return release if _RELEASE.fullmatch(release) else None
+    return None
+
+
+def _tools_site_packages() -> Path:
+    """The site-packages that holds ToolHub's pip-tools (and pip, click, build...)."""
+    import piptools
+
+    return Path(piptools.__file__).resolve().parent.parent
 
 
 def lock_pins(lock: str) -> dict[str, str]:
@@ -320,6 +357,15 @@ def interpreter_version(interpreter: str) -> str:
 
 
 _interpreter_versions: dict[tuple[str, int, int, int], str] = {}
+
+
+def interpreter_release(interpreter: str) -> str:
+    """The interpreter's version as three numbers, such as "3.11.2"."""
+    version = interpreter_version(interpreter)
+    match = _RELEASE.match(version)
+    if match is None:
+        raise BuildFailed(f"interpreter {interpreter} reports an unexpected version: {version[:80]!r}")
+    return match.group(0)
 
 
 def environment_key(*, lock: str, interpreter: str) -> str:

@@ -60,7 +60,13 @@ def lock_compile(*, requirements: Sequence[str], constraints: Sequence[str], log
             timeouts=timeouts(),
             workdir=Path(workdir),
             cache_dir=Path(settings.DATA_DIR) / "cache" / "pip",
+            interpreter=settings.TOOLHUB_INTERPRETER,
         )
+
+
+def lock_prefix() -> str:
+    """How a lock resolved for this host's interpreter starts (its Python release line)."""
+    return f"{envlib.LOCK_PYTHON_PREFIX}{envlib.interpreter_release(settings.TOOLHUB_INTERPRETER)}\n"
 
 
 def environment_ensure(*, lock: str, log: Log | None = None, total_seconds: float | None = None) -> Path:

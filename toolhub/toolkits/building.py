@@ -13,7 +13,7 @@ from django.conf import settings
 
 from toolhub.packages import envbuild as envlib
 from toolhub.packages import services as packages
-from toolhub.packages.environments import environment_ensure, lock_compile, runtime_lock
+from toolhub.packages.environments import environment_ensure, lock_compile, lock_prefix, runtime_lock
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.toolkits import lifecycle, sandboxing
 from toolhub.toolkits.introspection_checks import IntrospectionRefused, check_introspection
@@ -65,8 +65,9 @@ def lock_for(revision: Revision, log: Log) -> str:
         # Nothing beyond the runtime's own needs: its committed lock is the answer.
         log("No requirements: using the runtime's own lock")
         return runtime_lock()
+    # Only a lock resolved for this interpreter's Python release can be reused.
     twin = (
-        Revision.objects.filter(requirements=revision.requirements, status=Status.READY)
+        Revision.objects.filter(requirements=revision.requirements, status=Status.READY, lock__startswith=lock_prefix())
         .exclude(lock="")
         .exclude(pk=revision.pk)
         .order_by("-pk")
