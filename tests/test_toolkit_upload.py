@@ -139,7 +139,7 @@ def test_it_refuses_a_taken_slug_with_a_clear_error(client, alice, bob, upload):
     response = client.post(NEW, {"file": _file(SECOND)})
     assert response.status_code == 200
     body = response.content.decode()
-    assert "A toolkit with the slug &#x27;weather_report&#x27; exists already; choose another slug." in body
+    assert "A toolkit with the slug &#x27;weather_report&#x27; exists already; choose another slug, such as &#x27;weather_report_2&#x27;." in body
     # The slug field is there to choose another one.
     assert 'name="slug"' in body
     assert Toolkit.objects.count() == 1

@@ -12,6 +12,7 @@ from toolhub.toolkits import views as toolkits
 from toolhub.toolkits import views_access as toolkit_access
 from toolhub.toolkits import views_egress as toolkit_egress
 from toolhub.toolkits import views_i18n as toolkit_i18n
+from toolhub.toolkits import views_import as toolkit_import
 from toolhub.toolkits import views_packages as packages
 from toolhub.toolkits import views_settings as toolkit_settings
 
@@ -27,6 +28,7 @@ urlpatterns = [
     path("toolkits/", toolkits.toolkit_list, name="toolkit_list"),
     path("toolkits/new/", toolkits.toolkit_new, name="toolkit_new"),
     path("toolkits/new/check/", toolkits.source_check, name="source_check"),
+    path("toolkits/new/import/", toolkit_import.toolkit_import, name="toolkit_import"),
     path("toolkits/<slug:slug>/", toolkits.toolkit_detail, name="toolkit_detail"),
     path("toolkits/<slug:slug>/source/", toolkits.toolkit_source, name="toolkit_source"),
     path("toolkits/<slug:slug>/revisions/", toolkits.toolkit_revisions, name="toolkit_revisions"),

@@ -31,7 +31,7 @@ from toolhub.packages.models import Package, PackageRequest
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation
 from toolhub.runs.selectors import get_invocation_for_user
-from toolhub.toolkits import access, lifecycle, selectors, services, valves
+from toolhub.toolkits import access, bulk, lifecycle, selectors, services, valves
 from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, ToolkitSourceInvalid
 from toolhub.vault.secret_fields import MASK, mask_values
 
@@ -210,6 +210,25 @@ def create_toolkit(request, payload: s.ToolkitIn):
     except ToolkitSourceInvalid as exc:
         raise _source_errors(exc) from None
     return Status(201, toolkit_out(result.toolkit, language=_language(request)))
+
+
+@api.post("/imports/openwebui", response={**ERRORS, 200: dict, 400: dict}, tags=["toolkits"])
+def import_openwebui(request):
+    """The JSON that Open WebUI's Tools workspace exports, as the request body (admins)."""
+    _admin(request)
+    try:
+        imported, verdicts = bulk.import_export(request.body, user=request.user)
+    except bulk.ExportInvalid as exc:
+        raise _error(400, str(exc)) from None
+    body: dict = {"imported": imported, "entries": [verdict.as_dict() for verdict in verdicts]}
+    if imported:
+        return body
+    body["errors"] = [
+        {"message": v.error, "field": f"entries[{number}]", "line": v.line}
+        for number, v in enumerate(verdicts, start=1)
+        if v.outcome == bulk.REFUSED
+    ]
+    return Status(400, body)
 
 
 @api.get("/toolkits/{slug}", response={200: s.ToolkitOut, **ERRORS}, tags=["toolkits"])

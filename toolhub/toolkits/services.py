@@ -26,11 +26,30 @@ RESERVED_SLUGS = frozenset({"new"})
 
 
 class SlugTaken(ToolkitSourceInvalid):
-    """Another toolkit has the slug (the API answers 409)."""
+    """Another toolkit has the slug (the API answers 409). `free` is a slug that is not
+    taken (`slug_2`, `slug_3`, ...); `derived` is true when the slug came from the title or
+    file name rather than from the uploader, so the page can offer both ways out."""
 
-    def __init__(self, slug: str) -> None:
-        message = f"A toolkit with the slug {slug!r} exists already; choose another slug."
+    def __init__(self, slug: str, *, free: str | None = None, derived: bool = False) -> None:
+        self.slug, self.free, self.derived = slug, free, derived
+        message = f"A toolkit with the slug {slug!r} exists already; choose another slug"
+        message += f", such as {free!r}." if free else "."
         super().__init__([SourceError(message=message, field="slug", code="slug_taken")])
+
+
+# How many numbered slugs `free_slug` tries before it gives up.
+FREE_SLUG_TRIES = 1000
+
+
+def free_slug(base: str) -> str | None:
+    """The first of `base_2`, `base_3`, ... that no toolkit has (cut to fit SLUG_MAX)."""
+    stem = base[: SLUG_MAX - len(f"_{FREE_SLUG_TRIES}")].rstrip("_") or "toolkit"
+    taken = set(Toolkit.objects.filter(slug__startswith=stem).values_list("slug", flat=True))
+    for number in range(2, FREE_SLUG_TRIES + 1):
+        candidate = f"{base[: SLUG_MAX - len(f'_{number}')].rstrip('_') or 'toolkit'}_{number}"
+        if candidate not in taken and candidate not in RESERVED_SLUGS:
+            return candidate
+    return None
 
 
 @dataclass(frozen=True)
@@ -111,13 +130,14 @@ def toolkit_create(*, source: bytes | str, user: User, slug: str | None = None, 
     """Check the source and create a toolkit with its first revision. Raises
     ToolkitSourceInvalid (with every problem found) and stores nothing on error."""
     parsed = _parse(source, filename)
+    derived = not slug
     if slug:
         validate_slug(slug)
     else:
         slug = parsed.suggested_slug
         _check_not_reserved(slug)
     if Toolkit.objects.filter(slug=slug).exists():
-        raise SlugTaken(slug)
+        raise SlugTaken(slug, free=free_slug(slug), derived=derived)
     try:
         with transaction.atomic():
             toolkit = Toolkit.objects.create(slug=slug, owner=user, title=parsed.title, author=parsed.manifest.get("author", ""))
@@ -125,7 +145,7 @@ def toolkit_create(*, source: bytes | str, user: User, slug: str | None = None, 
             lifecycle.uploaded(toolkit=toolkit, revision=revision)
     except IntegrityError as exc:
         # Two uploads raced for the same slug.
-        raise SlugTaken(slug) from exc
+        raise SlugTaken(slug, free=free_slug(slug), derived=derived) from exc
     return UploadResult(toolkit=toolkit, revision=revision, created=True)
 
 

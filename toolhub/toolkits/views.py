@@ -137,7 +137,19 @@ def toolkit_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     if request.method == "POST":
 
         def submit(*, source, filename) -> HttpResponse:
-            result = services.toolkit_create(source=source, user=request.user, slug=slug or None, filename=filename)
+            try:
+                result = services.toolkit_create(source=source, user=request.user, slug=slug or None, filename=filename)
+            except services.SlugTaken as exc:
+                if exc.derived:
+                    # Offer both ways out: a new revision of the toolkit that has the slug
+                    # (for whoever may manage it) or a new toolkit under a free slug.
+                    existing = Toolkit.objects.filter(slug=exc.slug).first()
+                    ctx["taken"] = {
+                        "slug": exc.slug,
+                        "free": exc.free,
+                        "can_revise": existing is not None and can_manage_toolkit(request.user, existing),
+                    }
+                raise
             messages.success(request, _("Toolkit uploaded as revision %(n)s.") % {"n": result.revision.number})
             _warn(request, result.revision)
             return redirect(result.toolkit)
