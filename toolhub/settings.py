@@ -83,6 +83,7 @@ MIDDLEWARE = [
     "toolhub.accounts.middleware.UserLanguageMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "toolhub.accounts.security.SecurityHeadersMiddleware",
 ]
 
 ROOT_URLCONF = "toolhub.urls"
@@ -170,10 +171,24 @@ WHITENOISE_USE_FINDERS = True
 
 # SECURITY
 # ------------------------------------------------------------------------------
+# A strict Content-Security-Policy on every response (toolhub.accounts.security).
+TOOLHUB_CSP = env.bool("TOOLHUB_CSP", default=True)
+# Behind HTTPS (set it in production): secure cookies, HSTS, redirect plain HTTP, and trust
+# the proxy's X-Forwarded-Proto.
+TOOLHUB_HTTPS = env.bool("TOOLHUB_HTTPS", default=False)
+if TOOLHUB_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    SECURE_HSTS_SECONDS = env.int("TOOLHUB_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2 * 1024 * 1024
 
