@@ -58,10 +58,49 @@ def _load_package() -> None:
     spec.loader.exec_module(package)
 
 
+# The runtime's own sample, introspected and validated once before the first call: pydantic
+# builds much of its machinery lazily, on the first model (about 0.2 s), and every child
+# inherits it built. Only this fixed text runs here, never a toolkit.
+_WARMUP_SOURCE = """
+from pydantic import BaseModel, Field
+
+
+class Tools:
+    class Valves(BaseModel):
+        limit: int = Field(default=3, description="a number")
+
+    class UserValves(BaseModel):
+        token: str = ""
+
+    def sample(self, text: str, count: int = 1, flags: list[str] | None = None) -> str:
+        \"\"\"
+        A sample tool.
+        :param text: some text
+        \"\"\"
+        return text * count
+"""
+
+
 def _preload() -> None:
     for name in ("channel", "events", "specs", "loader", "invoke", "egress_forwarder", "runner"):
         importlib.import_module(f"{PACKAGE}.{name}")
     import pydantic  # noqa: F401
+
+    loader = sys.modules[f"{PACKAGE}.loader"]
+    invoke = sys.modules[f"{PACKAGE}.invoke"]
+    specs = sys.modules[f"{PACKAGE}.specs"]
+    path = "/tmp/.toolhub-warmup.py"
+    with open(path, "w") as handle:
+        handle.write(_WARMUP_SOURCE)
+    try:
+        loader.introspect(path)
+        toolkit = loader.load(path)
+        instance = toolkit.cls()
+        function = specs.tool_functions(instance)["sample"]
+        invoke.validate_arguments(function, {"text": "x", "count": 2, "flags": ["a"]})
+    finally:
+        os.unlink(path)
+        sys.modules.pop(loader.MODULE_NAME, None)
 
 
 def main() -> None:
@@ -152,6 +191,10 @@ def _child(control: socket.socket, stdin: int, stdout: int, stderr: int, limits:
         # Dumpable again: only the parent needs hiding, and the call's own /proc stays its own.
         _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
         _libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        # The sandbox's memory cgroup holds the parent too: a call over the limit must be what
+        # the OOM killer picks (raising one's own score needs no privilege).
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
         for name, value in limits.items():
             which = getattr(resource, name, None)
             if isinstance(which, int) and isinstance(value, int):

@@ -26,7 +26,15 @@ class RunCgroups:
     stays inside whatever limits the worker itself lives under.
     """
 
-    def __init__(self, root: Path | None, limits: Limits) -> None:
+    def __init__(
+        self,
+        root: Path | None,
+        limits: Limits,
+        *,
+        controllers: tuple[str, ...] = ("memory", "pids", "cpuacct"),
+        extra_memory: int = 0,
+        extra_processes: int = 0,
+    ) -> None:
         self.dirs: dict[str, Path] = {}
         self.fds: list[int] = []
         self.active = False
@@ -34,18 +42,20 @@ class RunCgroups:
             return
         token = f"toolhub-{os.getpid()}-{os.urandom(6).hex()}"
         own = _own_cgroups()
-        memory_limit = limits.memory_bytes + 2 * limits.tmp_bytes + _CGROUP_MEMORY_SLACK
+        memory_limit = limits.memory_bytes + 2 * limits.tmp_bytes + _CGROUP_MEMORY_SLACK + extra_memory
         settings = {
             "memory": [
                 ("memory.limit_in_bytes", memory_limit),
                 ("memory.memsw.limit_in_bytes", memory_limit),
             ],
             # bubblewrap itself is one more process in the group.
-            "pids": [("pids.max", limits.processes + 1)],
+            "pids": [("pids.max", limits.processes + 1 + extra_processes)],
             # Only read: the CPU time of every process of the run, reaped or not.
             "cpuacct": [],
         }
         for controller, values in settings.items():
+            if controller not in controllers:
+                continue
             base = root / controller
             relative = own.get(controller)
             if relative is None or not (base / "cgroup.procs").exists():
@@ -71,17 +81,25 @@ class RunCgroups:
         self.active = "memory" in self.dirs or "pids" in self.dirs
 
     def oom_killed(self) -> bool:
+        return self.oom_kills() > 0
+
+    def oom_kills(self) -> int:
+        """How many processes the OOM killer has killed in the memory group so far."""
         text = self._read("memory", "memory.oom_control")
         for line in text.splitlines():
             name, _, value = line.partition(" ")
             if name == "oom_kill" and value.strip().isdigit():
-                return int(value) > 0
-        return False
+                return int(value)
+        return 0
 
     def pids_limit_hit(self) -> bool:
+        return self.pids_limit_hits() > 0
+
+    def pids_limit_hits(self) -> int:
+        """How often a fork failed on the pids limit so far."""
         text = self._read("pids", "pids.events")
         name, _, value = text.strip().partition(" ")
-        return name == "max" and value.isdigit() and int(value) > 0
+        return int(value) if name == "max" and value.isdigit() else 0
 
     def cpu_ms(self) -> int | None:
         text = self._read("cpuacct", "cpuacct.usage").strip()

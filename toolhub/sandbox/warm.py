@@ -15,8 +15,10 @@ Invariants, and what holds each:
   the sandbox; so do ``max_calls`` calls and ``max_age`` seconds.
 - The parent is not dumpable and pid 1 (see the fork server's docstring); the call runs under
   the same seccomp filter, so it cannot trace, read or write the parent.
-- Limits per call as in a cold sandbox: rlimits set in the child, a cgroup of its own per call
-  (the host moves the child in before it reads its request), wall time, output and message size
+- Limits per call as in a cold sandbox: rlimits set in the child; the sandbox's memory, pids
+  and CPU-time cgroups, whose limits are the call's (calls are one at a time; plus the parent's
+  allowance) and whose counters are read per call, with the call as the OOM killer's first
+  choice; wall time, output and message size
   watched by the same session code; a call that hits one is killed (through a pidfd the parent
   passes up) without touching the sandbox.
 - A sandbox is keyed by its environment and runtime copy; toolkits with an egress grant (a proxy
@@ -54,6 +56,8 @@ _TOOLKIT_TMPFS_BYTES = 2 << 20
 _READY_TIMEOUT = 30.0
 _CONTROL_TIMEOUT = 10.0
 _KILL_PATIENCE = 2.0
+# What the fork server itself may use on top of a call's memory limit (it is ~40 MiB).
+_PARENT_MEMORY_ALLOWANCE = 128 << 20
 
 
 class WarmSandboxBroken(RuntimeError):
@@ -113,7 +117,19 @@ class WarmSandbox:
             (resource.RLIMIT_CORE, 0),
         ]
 
+        # The sandbox's cgroups, for its whole life: bubblewrap, the parent and each call in
+        # turn. Calls are one at a time, so the groups' limits are the call's (plus the parent's
+        # allowance and one process for it), and their counters are read per call. Moving
+        # each call into groups of its own would cost ~15 ms a call (a cgroup v1 migration
+        # waits for an RCU grace period), more than the call itself. The call is the OOM
+        # killer's first choice (oom_score_adj 1000).
+        self._memory = RunCgroups(self.cgroup_root, limits, extra_memory=_PARENT_MEMORY_ALLOWANCE, extra_processes=1)
+        memory_fds = list(self._memory.fds)
+
         def setup() -> None:
+            pid = str(os.getpid()).encode()
+            for fd in memory_fds:
+                os.write(fd, pid)
             for which, value in rlimits:
                 resource.setrlimit(which, (value, value))
 
@@ -137,6 +153,7 @@ class WarmSandbox:
         finally:
             child_end.close()
             os.close(seccomp_fd)
+            self._memory.close_fds()
         self.control = parent_end
         self._buffer = b""
         self.started_at = self.last_used = time.monotonic()
@@ -273,13 +290,10 @@ class WarmSandbox:
                 os.close(fd)
             self._broken(f"the fork server did not start the call: {reply}")
         pidfd = fds[0]
-        cgroups = RunCgroups(self.cgroup_root, limits)
+        groups = self._memory
+        oom_before, pids_before, cpu_before = groups.oom_kills(), groups.pids_limit_hits(), groups.cpu_ms()
         session: _CallSession | None = None
         try:
-            host_pid = _pidfd_pid(pidfd)
-            for fd in cgroups.fds:
-                os.write(fd, str(host_pid).encode())
-            cgroups.close_fds()
             session = _CallSession(
                 sandbox=self,
                 stdin_fd=stdin_w,
@@ -293,9 +307,10 @@ class WarmSandbox:
             session.send(request_line)
             session.run()
             duration_ms = int((time.monotonic() - started) * 1000)
-            oom = cgroups.oom_killed()
-            pids_hit = cgroups.pids_limit_hit()
-            cpu_ms = cgroups.cpu_ms()
+            oom = groups.oom_kills() > oom_before
+            pids_hit = groups.pids_limit_hits() > pids_before
+            cpu_after = groups.cpu_ms()
+            cpu_ms = cpu_after - cpu_before if cpu_after is not None and cpu_before is not None else None
         finally:
             if session is not None:
                 session.close()
@@ -303,7 +318,6 @@ class WarmSandbox:
                 os.close(pidfd)
             for fd in ours:
                 os.close(fd)
-            cgroups.kill_and_remove()
         done = session.done
         if done is None:
             self._broken("the fork server did not report the end of the call")
@@ -336,7 +350,7 @@ class WarmSandbox:
             max_rss_kb=done.get("maxrss") if isinstance(done.get("maxrss"), int) else None,
             limits_hit=hit,
             dropped_lines=state.dropped_lines,
-            cgroups=cgroups.active,
+            cgroups=groups.active,
             messages=state.messages,
             output_bytes=state.output_bytes,
         )
@@ -382,6 +396,9 @@ class WarmSandbox:
         control = getattr(self, "control", None)
         if control is not None:
             control.close()
+        memory = getattr(self, "_memory", None)
+        if memory is not None:
+            memory.kill_and_remove()
         lease = getattr(self, "_lease", None)
         if lease is not None:
             lease.release()
@@ -515,8 +532,22 @@ class _CallSession(Session):
 # The pool
 
 
-# A warm sandbox serves one environment, one runtime copy and one tmpfs size.
-_Key = tuple[str, str, int]
+# A warm sandbox serves one environment, one runtime copy, and the limits that are fixed for its
+# life (its cgroups, its tmpfs sizes, the rlimits a call can only lower); CPU and wall time,
+# output and message sizes are each call's own.
+_Key = tuple[str, str, int, int, int, int, int]
+
+
+def _key(interpreter_env: Path, runtime_dir: Path, limits: Limits) -> _Key:
+    return (
+        str(Path(interpreter_env).resolve()),
+        str(Path(runtime_dir).resolve()),
+        limits.memory_bytes,
+        limits.processes,
+        limits.tmp_bytes,
+        limits.open_files,
+        limits.file_size_bytes,
+    )
 
 
 @dataclass
@@ -551,7 +582,7 @@ class WarmPool:
     ) -> SandboxOutcome:
         """Like ``launcher.run_sandboxed`` (no extra binds), on a warm sandbox."""
         source = Path(source_path).read_bytes()
-        key = (str(Path(interpreter_env).resolve()), str(Path(runtime_dir).resolve()), limits.tmp_bytes)
+        key = _key(interpreter_env, runtime_dir, limits)
         sandbox = self._take(key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits)
         try:
             return sandbox.call(source=source, request=request, limits=limits, on_message=on_message)
@@ -560,7 +591,7 @@ class WarmPool:
 
     def warm(self, *, interpreter_env: Path, runtime_dir: Path, limits: Limits) -> None:
         """Start one sandbox for this environment ahead of need (unless one is idle already)."""
-        key = (str(Path(interpreter_env).resolve()), str(Path(runtime_dir).resolve()), limits.tmp_bytes)
+        key = _key(interpreter_env, runtime_dir, limits)
         with self._lock:
             if self._idle.get(key):
                 return
