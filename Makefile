@@ -58,8 +58,7 @@ run: deps system data
 	@trap 'kill 0' INT TERM EXIT; \
 	  $(VENV)/bin/celery -A toolhub worker -B -Q builds,sandbox,maintenance,celery -c 2 -l info \
 	    --schedule $(DATA)/celerybeat-schedule & \
-	  $(VENV)/bin/gunicorn toolhub.wsgi -b 127.0.0.1:$(PORT) -w 2 --threads 4 \
-	    --timeout 60 --access-logfile - & \
+	  $(VENV)/bin/uvicorn toolhub.asgi:application --host 127.0.0.1 --port $(PORT) --lifespan on & \
 	  wait
 
 # Tests run against $DATABASE_URL / $REDIS_URL when set (CI sets both), else SQLite and

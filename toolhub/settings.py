@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "toolhub.runs",
     "toolhub.agents",
     "toolhub.api",
+    "toolhub.serving",
 ]
 
 MIDDLEWARE = [
@@ -273,6 +274,12 @@ TOOLHUB_SANDBOX_MEMORY_MB = env.int("TOOLHUB_SANDBOX_MEMORY_MB", default=1024)
 TOOLHUB_SANDBOX_OUTPUT_MB = env.int("TOOLHUB_SANDBOX_OUTPUT_MB", default=8)
 TOOLHUB_EVENT_CALL_TIMEOUT = env.float("TOOLHUB_EVENT_CALL_TIMEOUT", default=120.0)
 TOOLHUB_INVOKE_WAIT_SECONDS = env.float("TOOLHUB_INVOKE_WAIT_SECONDS", default=30.0)
+# How long an MCP or OpenAPI tool call waits for its invocation (the sandbox's wall limit
+# plus a question's answer time fit in it).
+TOOLHUB_SERVE_WAIT_SECONDS = env.float("TOOLHUB_SERVE_WAIT_SECONDS", default=180.0)
+# Browser origins allowed to call the OpenAPI tool servers (Open WebUI's user tool servers);
+# none by default, so no browser page of another origin can call them.
+TOOLHUB_CORS_ORIGINS = env.list("TOOLHUB_CORS_ORIGINS", default=[])
 # An invocation still queued or running this long after it was accepted is failed by
 # the reaper (the worker that had it died).
 TOOLHUB_STALE_AFTER_SECONDS = env.float("TOOLHUB_STALE_AFTER_SECONDS", default=300.0)

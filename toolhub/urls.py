@@ -8,6 +8,7 @@ from toolhub.accounts import views as accounts
 from toolhub.agents import views as agents
 from toolhub.api.api import api
 from toolhub.runs import views as runs
+from toolhub.serving import openapi
 from toolhub.toolkits import views as toolkits
 from toolhub.toolkits import views_access as toolkit_access
 from toolhub.toolkits import views_egress as toolkit_egress
@@ -58,6 +59,10 @@ urlpatterns = [
     path("models/<int:pk>/test/", agents.connection_test, name="model_connection_test"),
     path("models/<int:pk>/delete/", agents.connection_delete, name="model_connection_delete"),
     path("api/v1/", api.urls),
+    path("openapi/openapi.json", openapi.openapi_document, name="openapi_all"),
+    path("openapi/<slug:slug>/openapi.json", openapi.openapi_document, name="openapi_toolkit"),
+    path("openapi/<slug:slug>/<str:name>", openapi.openapi_call, name="openapi_toolkit_call"),
+    path("openapi/<str:name>", openapi.openapi_call, name="openapi_all_call"),
     path("admin/", admin.site.urls),
     path("toolkits/<slug:slug>/translations/", toolkit_i18n.toolkit_translations, name="toolkit_translations"),
     path("toolkits/<slug:slug>/translations/export/", toolkit_i18n.toolkit_translations_export, name="toolkit_translations_export"),

@@ -1,0 +1,121 @@
+"""The tool servers' parts that need no worker: names on the all-toolkits surfaces, the
+OpenAPI documents, and the refusals of the OpenAPI endpoints (anonymous, wrong method, a
+toolkit not ready or not allowed, CORS). Calls that run are in tests/test_serving_live.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import toolkit_source
+from toolhub.serving import catalog, openapi
+from toolhub.toolkits import access
+from toolhub.toolkits.models import Use
+
+pytestmark = pytest.mark.django_db
+
+NESTED = {
+    "type": "object",
+    "properties": {"where": {"$ref": "#/$defs/Place"}},
+    "required": ["where"],
+    "$defs": {"Place": {"type": "object", "properties": {"city": {"type": "string"}, "near": {"$ref": "#/$defs/Place"}}}},
+}
+
+
+def _ready(toolkit, tools=None):
+    revision = toolkit.current_revision
+    revision.tools = tools or [{"type": "function", "function": {"name": "echo", "description": "Return the text.\nMore.",
+                                                                 "parameters": {"type": "object", "properties": {"text": {"type": "string"}}}}}]
+    revision.set_status("ready")
+    revision.save()
+    return toolkit
+
+
+def test_prefixed_names_are_kept_short_and_stable():
+    assert catalog.prefixed_name("served", "greet") == "served__greet"
+    long = catalog.prefixed_name("a" * 40, "b" * 40)
+    assert len(long) == 64 and long == catalog.prefixed_name("a" * 40, "b" * 40)
+    assert long != catalog.prefixed_name("a" * 40, "b" * 39 + "c")
+    assert long.startswith("a" * 40 + "__")
+
+
+def test_local_defs_move_to_components():
+    served = catalog.ServedTool(name="find", toolkit=None, revision=None, tool="find", description="d", parameters=NESTED)
+    doc = openapi.document(title="t", description="", version="1", tools=[served])
+    body = doc["paths"]["/find"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert body["properties"]["where"] == {"$ref": "#/components/schemas/find__Place"}
+    assert "$defs" not in body
+    assert doc["components"]["schemas"]["find__Place"]["properties"]["near"] == {"$ref": "#/components/schemas/find__Place"}
+
+
+def test_the_document_lists_the_ready_tools_of_a_usable_toolkit(client, alice, bearer, upload):
+    _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    doc = client.get("/openapi/echo/openapi.json", **bearer(alice)).json()
+    operation = doc["paths"]["/echo"]["post"]
+    assert (operation["operationId"], operation["summary"], operation["description"]) == ("echo", "Return the text.", "Return the text.\nMore.")
+    assert doc["info"]["title"] == "Echo" and doc["security"] == [{"bearer": []}]
+    everything = client.get("/openapi/openapi.json", **bearer(alice)).json()
+    assert list(everything["paths"]) == ["/echo__echo"]
+
+
+def test_it_refuses_anonymous_callers_and_bad_tokens(client, alice, upload):
+    _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    for response in (client.get("/openapi/echo/openapi.json"), client.post("/openapi/echo/echo", "{}", content_type="application/json"),
+                     client.get("/openapi/openapi.json", HTTP_AUTHORIZATION="Bearer th_nope")):
+        assert response.status_code == 401 and response["WWW-Authenticate"] == "Bearer"
+        assert response.json()["errors"][0]["message"].startswith("Authentication required")
+
+
+def test_it_rejects_wrong_methods(client, alice, bearer, upload):
+    _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    assert client.post("/openapi/echo/openapi.json", **bearer(alice)).status_code == 405
+    response = client.get("/openapi/echo/echo", **bearer(alice))
+    assert response.status_code == 405 and response["Allow"] == "POST"
+
+
+def test_a_toolkit_the_caller_may_not_use_is_absent(client, alice, carol, bearer, upload):
+    _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    toolkit = _ready(upload(alice, toolkit_source("Hidden"), slug="hidden"))
+    access.toolkit_set_access(toolkit=toolkit, use=Use.ADMINS, groups=[], users=[], by=alice)
+    headers = bearer(carol)
+    assert client.get("/openapi/hidden/openapi.json", **headers).status_code == 404
+    assert client.post("/openapi/hidden/echo", "{}", content_type="application/json", **headers).status_code == 404
+    assert client.post("/openapi/hidden__echo", "{}", content_type="application/json", **headers).status_code == 404
+    assert list(client.get("/openapi/openapi.json", **headers).json()["paths"]) == ["/echo__echo"]
+    assert "/hidden__echo" in client.get("/openapi/openapi.json", **bearer(alice)).json()["paths"]
+
+
+def test_a_toolkit_not_ready_answers_409_and_an_unknown_tool_404(client, alice, bearer, upload):
+    upload(alice, toolkit_source("Echo"), slug="echo")
+    headers = bearer(alice)
+    response = client.post("/openapi/echo/echo", json.dumps({"text": "x"}), content_type="application/json", **headers)
+    assert response.status_code == 409 and response.json()["errors"][0]["message"].startswith("The toolkit is not ready")
+    assert client.post("/openapi/echo/nope", "{}", content_type="application/json", **headers).status_code == 404
+
+
+def test_bad_bodies_are_refused_before_anything_runs(client, alice, bearer, upload, settings):
+    from toolhub.runs.models import Invocation
+
+    _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    headers = bearer(alice)
+    assert client.post("/openapi/echo/echo", "{nope", content_type="application/json", **headers).status_code == 400
+    bad = client.post("/openapi/echo/echo", json.dumps({"text": 5}), content_type="application/json", **headers)
+    assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "text"
+    big = client.post("/openapi/echo/echo", json.dumps({"text": "x" * (openapi.MAX_BODY + 1)}), content_type="application/json", **headers)
+    assert big.status_code == 413
+    assert not Invocation.objects.exists()
+
+
+def test_cors_is_off_unless_the_origin_is_listed(client, alice, bearer, upload, settings):
+    _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    headers = bearer(alice)
+    response = client.get("/openapi/echo/openapi.json", HTTP_ORIGIN="https://chat.example.org", **headers)
+    assert "Access-Control-Allow-Origin" not in response
+    settings.TOOLHUB_CORS_ORIGINS = ["https://chat.example.org"]
+    response = client.get("/openapi/echo/openapi.json", HTTP_ORIGIN="https://chat.example.org", **headers)
+    assert response["Access-Control-Allow-Origin"] == "https://chat.example.org"
+    preflight = client.options("/openapi/echo/echo", HTTP_ORIGIN="https://chat.example.org")
+    assert preflight.status_code == 204 and "Authorization" in preflight["Access-Control-Allow-Headers"]
+    other = client.options("/openapi/echo/echo", HTTP_ORIGIN="https://evil.example")
+    assert "Access-Control-Allow-Origin" not in other

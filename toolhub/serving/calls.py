@@ -1,0 +1,119 @@
+"""One tool call from an LLM app: create the invocation through toolhub.runs.services (the
+same validation, queue and sandbox as the API), follow it, answer its questions, and wait for
+its end. MCP and the OpenAPI tool servers both call `serve_call`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from toolhub.accounts.clients import Caller
+from toolhub.runs import services as run_services
+from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus
+from toolhub.serving.catalog import ServedTool
+
+# What a tool gets when its question cannot be put to anyone (the client does not support
+# elicitation, or declined): the same values the runtime gives on a timeout.
+NO_ANSWER_INPUT = {"error": "The client cannot answer questions."}
+
+
+def no_answer(call: dict) -> Any:
+    return False if (call or {}).get("type") == "confirmation" else NO_ANSWER_INPUT
+
+
+@dataclass
+class CallOutcome:
+    invocation: Invocation
+    events: list[Event] = field(default_factory=list)
+    # Stopped at a question that a later request will answer.
+    waiting: bool = False
+    # The last event sequence number seen.
+    seen: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.invocation.status in FINISHED
+
+    @property
+    def ok(self) -> bool:
+        return self.invocation.status == RunStatus.SUCCEEDED
+
+    def error_text(self) -> str:
+        inv = self.invocation
+        if not self.finished:
+            return f"The tool is still running after {settings.TOOLHUB_SERVE_WAIT_SECONDS:.0f} s (invocation {inv.id})."
+        return inv.error or "The tool failed."
+
+
+class NeedsInput(Exception):
+    """Raised by an `ask` that cannot answer now but can in a later request (MCP 2026-07-28:
+    the server answers `input_required` and the client retries the call with the answer)."""
+
+
+def serve_call(
+    *, caller: Caller, served: ServedTool, arguments: object, surface: str,
+    ask: Callable[[dict], Any] | None = None, on_event: Callable[[Event], None] | None = None,
+) -> CallOutcome:
+    """Run the tool as the caller and wait for it.
+
+    `ask(call)` answers an `__event_call__` (MCP elicitation) and returns the value, raises
+    LookupError for "no answer", or NeedsInput to stop following (the outcome is then
+    unfinished, with the invocation awaiting input); without `ask` every question gets
+    `no_answer` at once. `on_event(event)` sees each event as it is stored (progress
+    notifications). Raises run_services.InvocationRejected before anything runs (arguments,
+    not ready, no broker)."""
+    invocation = run_services.invocation_create(
+        toolkit=served.toolkit, tool=served.tool, arguments=arguments, user=caller.user,
+        client=caller.client, surface=surface,
+    )
+    return follow(invocation, ask=ask, on_event=on_event)
+
+
+def follow(
+    invocation: Invocation, *, seen: int = 0, ask: Callable[[dict], Any] | None = None,
+    on_event: Callable[[Event], None] | None = None,
+) -> CallOutcome:
+    """Follow an accepted invocation until it ends (or the serve wait limit passes)."""
+    deadline = time.monotonic() + settings.TOOLHUB_SERVE_WAIT_SECONDS
+    events: list[Event] = []
+    delay = 0.01
+    while True:
+        invocation.refresh_from_db(fields=["status", "result", "result_type", "error", "pending_call", "call_answer", "finished_at", "started_at", "limit"])
+        fresh = list(Event.objects.filter(invocation=invocation, seq__gt=seen).order_by("seq"))
+        for event in fresh:
+            seen = event.seq
+            events.append(event)
+            if on_event is not None:
+                on_event(event)
+        if invocation.status in FINISHED:
+            break
+        # A question not yet answered (after an answer, the worker takes a moment to resume).
+        if invocation.status == RunStatus.AWAITING_INPUT and invocation.pending_call is not None and invocation.call_answer is None:
+            call = invocation.pending_call
+            try:
+                value = ask(call) if ask is not None else no_answer(call)
+            except LookupError:
+                value = no_answer(call)
+            except NeedsInput:
+                return CallOutcome(invocation=invocation, events=events, waiting=True, seen=seen)
+            try:
+                run_services.invocation_respond(invocation=invocation, value=value)
+            except run_services.InvocationRejected:
+                pass  # Already answered or timed out meanwhile; the loop sees what happened.
+            delay = 0.01
+        if time.monotonic() > deadline:
+            break
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.05)
+    return CallOutcome(invocation=invocation, events=events, seen=seen)
+
+
+def answer(invocation: Invocation, value: Any) -> None:
+    try:
+        run_services.invocation_respond(invocation=invocation, value=value)
+    except run_services.InvocationRejected:
+        pass  # It timed out or was answered meanwhile; following it shows what happened.
