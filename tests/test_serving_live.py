@@ -105,6 +105,15 @@ def stack(ready, alice, bob, carol, tmp_path):
     worker.kill()
 
 
+def _get(url: str, **kwargs):
+    # A generous client timeout: the machine is shared and the server may wait on SQLite.
+    return httpx.get(url, timeout=60, **kwargs)
+
+
+def _post(url: str, **kwargs):
+    return httpx.post(url, timeout=60, **kwargs)
+
+
 def _token(user) -> str:
     return ApiToken.issue(user=user, name="tests")[1]
 
@@ -118,7 +127,7 @@ def _mcp(url: str, token: str, **kwargs):
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"})
     return Client(streamable_http_client(url, http_client=http), **kwargs), http
 
 
@@ -184,10 +193,10 @@ def test_mcp_results_errors_progress_and_refusals(stack, alice, carol):
     assert set(Invocation.objects.filter(user=alice).values_list("surface", flat=True)) == {"mcp"}
 
     # carol may not use the private toolkit: its endpoint is a 404, and its tools are unknown at /mcp.
-    response = httpx.post(f"{stack.url}/mcp/private", headers={"Authorization": f"Bearer {_token(carol)}"},
+    response = _post(f"{stack.url}/mcp/private", headers={"Authorization": f"Bearer {_token(carol)}"},
                           json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
     assert response.status_code == 404
-    assert httpx.post(f"{stack.url}/mcp/served", json={}).status_code == 401
+    assert _post(f"{stack.url}/mcp/served", json={}).status_code == 401
 
     async def carol_calls():
         from mcp.shared.exceptions import MCPError
@@ -251,33 +260,33 @@ def test_openapi_document_matches_the_specs_and_every_operation_runs(stack, alic
     from toolhub.toolkits.models import Toolkit
 
     headers = {"Authorization": f"Bearer {_token(alice)}"}
-    document = httpx.get(f"{stack.url}/openapi/served/openapi.json", headers=headers).json()
+    document = _get(f"{stack.url}/openapi/served/openapi.json", headers=headers).json()
     assert document["openapi"].startswith("3.1")
     stored = [s["function"] for s in Toolkit.objects.get(slug="served").current_revision.tools]
     assert _openwebui_specs(document) == stored
 
     arguments = {"greet": {"name": "Ann"}, "stats": {"numbers": [2, 3]}, "explode": {"why": "x"},
                  "slow_count": {"n": 1}, "delete_file": {"path": "a"}}
-    answers = {name: httpx.post(f"{stack.url}/openapi/served/{name}", headers=headers, json=body, timeout=60)
+    answers = {name: _post(f"{stack.url}/openapi/served/{name}", headers=headers, json=body)
                for name, body in arguments.items()}
     assert answers["greet"].json() == "Hello Ann from Lyon!"
     assert answers["stats"].json() == {"sum": 5, "count": 2}
     assert answers["explode"].status_code == 500 and "exploded: x" in answers["explode"].json()["errors"][0]["message"]
     assert answers["slow_count"].json() == "counted 1"
     assert answers["delete_file"].json() == "kept a"
-    bad = httpx.post(f"{stack.url}/openapi/served/stats", headers=headers, json={"numbers": "x"})
+    bad = _post(f"{stack.url}/openapi/served/stats", headers=headers, json={"numbers": "x"})
     assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "numbers"
 
     # Every toolkit at once; carol does not see the private one and cannot call it.
     carol_headers = {"Authorization": f"Bearer {_token(carol)}"}
-    everything = httpx.get(f"{stack.url}/openapi/openapi.json", headers=carol_headers).json()
+    everything = _get(f"{stack.url}/openapi/openapi.json", headers=carol_headers).json()
     assert "/served__greet" in everything["paths"] and not any(p.startswith("/private__") for p in everything["paths"])
-    assert httpx.post(f"{stack.url}/openapi/private__secret_number", headers=carol_headers, json={}).status_code == 404
-    assert httpx.get(f"{stack.url}/openapi/private/openapi.json", headers=carol_headers).status_code == 404
+    assert _post(f"{stack.url}/openapi/private__secret_number", headers=carol_headers, json={}).status_code == 404
+    assert _get(f"{stack.url}/openapi/private/openapi.json", headers=carol_headers).status_code == 404
     bob_headers = {"Authorization": f"Bearer {_token(bob)}"}
-    assert httpx.post(f"{stack.url}/openapi/private__secret_number", headers=bob_headers, json={}).json() == "42"
-    assert httpx.post(f"{stack.url}/openapi/served__greet", headers=bob_headers, json={"name": "Z"}).json() == "Hello Z from Gdańsk!"
-    assert httpx.get(f"{stack.url}/openapi/served/openapi.json").status_code == 401
+    assert _post(f"{stack.url}/openapi/private__secret_number", headers=bob_headers, json={}).json() == "42"
+    assert _post(f"{stack.url}/openapi/served__greet", headers=bob_headers, json={"name": "Z"}).json() == "Hello Z from Gdańsk!"
+    assert _get(f"{stack.url}/openapi/served/openapi.json").status_code == 401
 
 
 def test_a_client_credential_acts_for_each_user_with_their_own_settings(stack, admin, alice, bob):
@@ -286,17 +295,17 @@ def test_a_client_credential_acts_for_each_user_with_their_own_settings(stack, a
 
     _credential, token = clients.client_create(name="Open WebUI", acts_for_users=True, by=admin)
     for email, city in (("alice@example.org", "Lyon"), ("bob@example.org", "Gdańsk")):
-        response = httpx.post(f"{stack.url}/openapi/served/greet", json={"name": "Ann"}, timeout=60,
+        response = _post(f"{stack.url}/openapi/served/greet", json={"name": "Ann"},
                               headers={"Authorization": f"Bearer {token}", "X-OpenWebUI-User-Email": email})
         assert response.json() == f"Hello Ann from {city}!"
     # Without a user header the app calls as itself: no UserValves, the schema's default.
-    response = httpx.post(f"{stack.url}/openapi/served/greet", json={"name": "Ann"}, headers={"Authorization": f"Bearer {token}"})
+    response = _post(f"{stack.url}/openapi/served/greet", json={"name": "Ann"}, headers={"Authorization": f"Bearer {token}"})
     assert response.json() == "Hello Ann from nowhere!"
-    unknown = httpx.post(f"{stack.url}/openapi/served/greet", json={"name": "Ann"},
+    unknown = _post(f"{stack.url}/openapi/served/greet", json={"name": "Ann"},
                          headers={"Authorization": f"Bearer {token}", "X-OpenWebUI-User-Email": "who@example.org"})
     assert unknown.status_code == 403
     rows = Invocation.objects.filter(client__name="Open WebUI").order_by("created_at")
     assert [(r.user.username, r.surface) for r in rows][:2] == [("alice", "openapi"), ("bob", "openapi")]
     clients.client_revoke(client=_credential)
-    assert httpx.post(f"{stack.url}/openapi/served/greet", json={"name": "Ann"},
+    assert _post(f"{stack.url}/openapi/served/greet", json={"name": "Ann"},
                       headers={"Authorization": f"Bearer {token}"}).status_code == 401
