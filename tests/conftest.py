@@ -22,6 +22,7 @@ import pytest
 pytest.register_assert_rewrite("tests.env_fixtures", "tests.sandbox_fixtures", "tests.egress_fixtures", "tests.model_server")
 
 from tests.env_fixtures import demo_index, slow_gate  # noqa: E402,F401
+from tests.helpers import bearer_headers  # noqa: E402
 from tests.model_server import model_server  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,13 +170,7 @@ def toolkit_source(title: str, requirements: str = "", *, version: str = "0.1.0"
 @pytest.fixture
 def bearer():
     """Authorization headers for the API, with a fresh token of the given user."""
-    from toolhub.accounts.models import ApiToken
-
-    def _bearer(user) -> dict[str, str]:
-        _token, raw = ApiToken.issue(user=user, name="tests")
-        return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
-
-    return _bearer
+    return bearer_headers
 
 
 @pytest.fixture
@@ -213,3 +208,24 @@ def _english_by_default():
 
     with translation.override("en"):
         yield
+
+
+_NEEDS = ("database", "worker", "sandbox", "browser")
+_DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server", "admin", "alice", "bob", "carol"}
+_WORKER_FIXTURES = {"worker", "slow_worker"}
+# Fixtures that build environments or run code in bubblewrap.
+_SANDBOX_FIXTURES = {"sandbox_env", "sandbox_runtime", "build", "inline_tasks"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test with what it needs (see the markers in pyproject.toml)."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & _DATABASE_FIXTURES or item.get_closest_marker("django_db"):
+            item.add_marker(pytest.mark.database)
+        if names & _WORKER_FIXTURES:
+            item.add_marker(pytest.mark.worker)
+        if names & (_WORKER_FIXTURES | _SANDBOX_FIXTURES):
+            item.add_marker(pytest.mark.sandbox)
+        if not any(item.get_closest_marker(need) for need in _NEEDS):
+            item.add_marker(pytest.mark.plain)

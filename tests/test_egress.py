@@ -14,7 +14,6 @@ import inspect
 import ipaddress
 import json
 import os
-import pwd
 import shutil
 import socket
 import socketserver
@@ -35,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from tests.sandbox_fixtures import require_sandbox
 from toolhub.runtime import egress_forwarder
 from toolhub.runtime.egress_forwarder import EgressForwarder, proxy_environment
 from toolhub.sandbox.egress import proxy as egress
@@ -1079,14 +1079,6 @@ def test_direct_connections_fail_with_an_error_that_names_egress(tmp_path: Path)
 # The real thing: bwrap as the sandbox user, the socket bound in, the forwarder inside
 
 
-def _can_run_bwrap() -> bool:
-    try:
-        pwd.getpwnam("toolhub-sandbox")
-    except KeyError:
-        return False
-    return os.geteuid() == 0 and bool(shutil.which("bwrap")) and Path("/usr/bin/python3.11").exists()
-
-
 _PROBE = """
 import json, socket, sys, urllib.error, urllib.request
 sys.path.insert(0, "/opt/probe")
@@ -1151,8 +1143,8 @@ def _bwrap(probe_dir: Path, extra: list[str], *args: str) -> dict[str, Any]:
 
 
 @pytest.mark.sandbox
-@pytest.mark.skipif(not _can_run_bwrap(), reason="needs root, bwrap and the toolhub-sandbox user")
 def test_a_sandboxed_process_reaches_an_allowed_host_and_nothing_else(web_port: int) -> None:
+    require_sandbox()
     work = Path(tempfile.mkdtemp(prefix="egress-bwrap-", dir="/tmp"))
     try:
         # The sandbox user may traverse the run directory but not list it.

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import pwd
 import shutil
 import signal
 import stat
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.env_fixtures import DemoIndex
+from tests.sandbox_fixtures import require_sandbox
 from toolhub.packages import build_runner
 from toolhub.packages import envbuild as environments
 from toolhub.packages.envbuild import (
@@ -370,12 +370,10 @@ def test_the_environment_is_readable_and_not_writable_by_others(
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.geteuid() != 0, reason="switching to the sandbox user needs root")
+@pytest.mark.sandbox
 def test_the_sandbox_user_can_import_from_the_environment(demo_index: DemoIndex, lock_a: str) -> None:
-    try:
-        pwd.getpwnam("toolhub-sandbox")
-    except KeyError:
-        pytest.skip("no toolhub-sandbox user on this machine")
+    # Switching to the sandbox user needs root and the user; CI requires both.
+    require_sandbox()
     # pytest's temporary directories are private to root; this one is traversable like the
     # data directory has to be.
     top = Path(tempfile.mkdtemp(prefix="toolhub-env-test-"))

@@ -14,14 +14,16 @@ import pwd
 import subprocess
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 from tests.conftest import example, start_worker
+from tests.helpers import bearer_headers
 from tests.sandbox_fixtures import require_sandbox, sandbox_user_names, wait_for_no_sandbox_processes
-from toolhub.accounts.models import ApiToken
 from toolhub.runs import engine
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.runs.services import InvocationRejected, invocation_create
@@ -135,9 +137,7 @@ def status_of(invocation: Invocation) -> str:
     return Invocation.objects.values_list("status", flat=True).get(pk=invocation.pk)
 
 
-def bearer(user) -> dict:
-    _token, raw = ApiToken.issue(user=user, name="tests")
-    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+bearer = bearer_headers
 
 
 # The examples, as ../shared/examples/README.md says they must answer
@@ -346,13 +346,16 @@ def test_events_are_stored_while_the_tool_still_runs(ready, alice):
 def test_a_silent_tool_keeps_its_heartbeat_so_the_reaper_leaves_it_alone(ready, alice, monkeypatch):
     # The tool sends nothing while it sleeps; the worker must still show it is alive.
     monkeypatch.setattr(engine, "HEARTBEAT_SECONDS", 0.2)
-    monkeypatch.setattr(engine, "DEAD_AFTER_SECONDS", 1.0)
     toolkit = ready(alice, HARNESS)
     invocation = invocation_create(toolkit=toolkit, tool="nap", arguments={"seconds": 3}, user=alice)
     thread = start_in_thread(invocation)
 
     wait_until(lambda: status_of(invocation) == RunStatus.RUNNING, what="running")
-    time.sleep(2.0)
+    # Made to look dead (one UPDATE, no sleeping against the clock): only a beat from the
+    # worker while the tool is silent brings the heartbeat back before the reaper looks.
+    long_ago = timezone.now() - timedelta(seconds=engine.DEAD_AFTER_SECONDS * 10)
+    Invocation.objects.filter(pk=invocation.pk).update(heartbeat_at=long_ago)
+    wait_until(lambda: Invocation.objects.get(pk=invocation.pk).heartbeat_at > long_ago, what="a heartbeat")
     reap_stale_work.run()
     assert status_of(invocation) == RunStatus.RUNNING
 

@@ -9,8 +9,8 @@ import copy
 import pytest
 
 from tests.conftest import example
+from tests.helpers import bearer_headers
 from tests.sandbox_fixtures import require_sandbox
-from toolhub.accounts.models import ApiToken
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.runs.services import invocation_create
 from toolhub.runs.tasks import run_invocation
@@ -30,9 +30,7 @@ def toolkit(upload, alice):
     return toolkit
 
 
-def _bearer(user) -> dict:
-    _token, raw = ApiToken.issue(user=user, name="tests")
-    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+_bearer = bearer_headers
 
 
 @pytest.mark.django_db
