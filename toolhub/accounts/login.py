@@ -8,6 +8,7 @@ from django import forms
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import AuthenticationForm
 from django.http import HttpResponse
+from django.template.response import TemplateResponse
 from django.utils.translation import ngettext
 
 from toolhub.accounts import throttle
@@ -45,7 +46,7 @@ class LoginView(auth_views.LoginView):
     def form_invalid(self, form: AuthenticationForm) -> HttpResponse:
         response = super().form_invalid(form)
         throttled = any(error.code == "throttled" for error in form.errors.as_data().get("__all__", []))
-        if throttled:
+        if throttled and isinstance(response, TemplateResponse) and response.context_data is not None:
             response.status_code = 429
             response.context_data["throttled"] = True
         return response
