@@ -119,3 +119,64 @@ def test_cors_is_off_unless_the_origin_is_listed(client, alice, bearer, upload, 
     assert preflight.status_code == 204 and "Authorization" in preflight["Access-Control-Allow-Headers"]
     other = client.options("/openapi/echo/echo", HTTP_ORIGIN="https://evil.example")
     assert "Access-Control-Allow-Origin" not in other
+
+
+# RATE LIMITS
+# ------------------------------------------------------------------------------
+
+
+def _made(toolkit, user, *, client=None, surface="openapi", age_seconds=0):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from toolhub.runs.models import Invocation
+
+    return Invocation.objects.create(toolkit=toolkit, revision=toolkit.current_revision, tool="echo", user=user,
+                                     client=client, surface=surface, status="succeeded",
+                                     created_at=timezone.now() - timedelta(seconds=age_seconds))
+
+
+def test_a_client_over_its_limit_gets_429_with_retry_after(client, admin, alice, upload):
+    from toolhub.accounts import clients
+    from toolhub.runs.models import Invocation
+
+    toolkit = _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    credential, token = clients.client_create(name="Busy app", calls_per_minute=2, by=admin)
+    _made(toolkit, credential.service_user, client=credential, age_seconds=50)
+    _made(toolkit, credential.service_user, client=credential, age_seconds=10)
+    before = Invocation.objects.count()
+    response = client.post("/openapi/echo/echo", json.dumps({"text": "x"}), content_type="application/json",
+                           HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert response.status_code == 429
+    # The older of the two calls leaves the window in about ten seconds.
+    assert 8 <= int(response["Retry-After"]) <= 11
+    assert "at most 2 calls a minute for this client" in response.json()["errors"][0]["message"]
+    assert Invocation.objects.count() == before
+
+
+def test_each_user_has_a_limit_of_their_own(client, alice, bob, bearer, upload, settings):
+    settings.TOOLHUB_USER_CALLS_PER_MINUTE = 1
+    settings.TOOLHUB_SERVE_WAIT_SECONDS = 0.2
+    toolkit = _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    _made(toolkit, alice, surface="mcp", age_seconds=5)
+    body = json.dumps({"text": "x"})
+    limited = client.post("/openapi/echo/echo", body, content_type="application/json", **bearer(alice))
+    assert limited.status_code == 429 and "for each user" in limited.json()["errors"][0]["message"]
+    # bob has made no call; with no worker here his call is accepted and still waiting.
+    assert client.post("/openapi/echo/echo", body, content_type="application/json", **bearer(bob)).status_code == 504
+    # Calls older than a minute and calls from the dashboard or the API do not count.
+    settings.TOOLHUB_USER_CALLS_PER_MINUTE = 2
+    _made(toolkit, alice, surface="openapi", age_seconds=61)
+    _made(toolkit, alice, surface="api")
+    _made(toolkit, alice, surface="page")
+    assert client.post("/openapi/echo/echo", body, content_type="application/json", **bearer(alice)).status_code == 504
+
+
+def test_client_limits_are_set_and_shown_by_the_api(client, admin, bearer):
+    headers = bearer(admin)
+    created = client.post("/api/v1/clients", json.dumps({"name": "Limited", "calls_per_minute": 100, "user_calls_per_minute": 10}),
+                          content_type="application/json", **headers).json()
+    assert (created["calls_per_minute"], created["user_calls_per_minute"]) == (100, 10)
+    bad = client.post("/api/v1/clients", json.dumps({"name": "Bad", "calls_per_minute": -1}), content_type="application/json", **headers)
+    assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "calls_per_minute"

@@ -280,6 +280,10 @@ TOOLHUB_SERVE_WAIT_SECONDS = env.float("TOOLHUB_SERVE_WAIT_SECONDS", default=180
 # Browser origins allowed to call the OpenAPI tool servers (Open WebUI's user tool servers);
 # none by default, so no browser page of another origin can call them.
 TOOLHUB_CORS_ORIGINS = env.list("TOOLHUB_CORS_ORIGINS", default=[])
+# Calls per minute through MCP and the OpenAPI tool servers: per client credential and per
+# user (a client credential may set its own); 0 switches a limit off.
+TOOLHUB_CLIENT_CALLS_PER_MINUTE = env.int("TOOLHUB_CLIENT_CALLS_PER_MINUTE", default=600)
+TOOLHUB_USER_CALLS_PER_MINUTE = env.int("TOOLHUB_USER_CALLS_PER_MINUTE", default=60)
 # An invocation still queued or running this long after it was accepted is failed by
 # the reaper (the worker that had it died).
 TOOLHUB_STALE_AFTER_SECONDS = env.float("TOOLHUB_STALE_AFTER_SECONDS", default=300.0)

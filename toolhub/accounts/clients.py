@@ -26,6 +26,7 @@ from toolhub.accounts.models import (
 # An HTTP header name (RFC 9110 token characters), bounded.
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
 MAX_EMAIL = 254
+MAX_RATE = 100_000
 
 
 class InvalidClient(ValueError):
@@ -55,9 +56,13 @@ class Caller:
 
 def client_create(
     *, name: str, acts_for_users: bool = False, user_header: str = DEFAULT_USER_HEADER,
-    create_users: bool = False, by=None,
+    create_users: bool = False, by=None, calls_per_minute: int | None = None, user_calls_per_minute: int | None = None,
 ) -> tuple[ClientCredential, str]:
-    """A new credential and its raw token, which is never stored and must be shown once."""
+    """A new credential and its raw token, which is never stored and must be shown once.
+    Empty limits mean the settings' defaults; 0 switches a limit off."""
+    for field, value in (("calls_per_minute", calls_per_minute), ("user_calls_per_minute", user_calls_per_minute)):
+        if value is not None and not (isinstance(value, int) and 0 <= value <= MAX_RATE):
+            raise InvalidClient(f"{field} must be a whole number from 0 to {MAX_RATE}.", field)
     name = (name or "").strip()
     if not name or len(name) > 100:
         raise InvalidClient("A name of 1 to 100 characters is required.", "name")
@@ -79,7 +84,8 @@ def client_create(
             credential = ClientCredential.objects.create(
                 name=name, prefix=raw[:11], digest=hash_token(raw), acts_for_users=bool(acts_for_users),
                 user_header=user_header, create_users=bool(create_users and acts_for_users),
-                service_user=service, created_by=by,
+                service_user=service, created_by=by, calls_per_minute=calls_per_minute,
+                user_calls_per_minute=user_calls_per_minute,
             )
     except IntegrityError:
         raise ClientNameTaken("A client with this name exists.", "name") from None

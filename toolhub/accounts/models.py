@@ -79,6 +79,11 @@ class ClientCredential(models.Model):
     acts_for_users = models.BooleanField(default=False)
     user_header = models.CharField(max_length=100, default=DEFAULT_USER_HEADER, blank=True)
     create_users = models.BooleanField(default=False)
+    # Calls per minute through MCP and OpenAPI, for the whole client and for each user it
+    # acts for; empty means the TOOLHUB_CLIENT_CALLS_PER_MINUTE / TOOLHUB_USER_CALLS_PER_MINUTE
+    # defaults.
+    calls_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    user_calls_per_minute = models.PositiveIntegerField(null=True, blank=True)
     service_user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="client_credential"
     )

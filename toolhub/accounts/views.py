@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -47,6 +48,15 @@ def _admin_only(request: HttpRequest) -> None:
         raise Http404
 
 
+def _optional_int(value: str, field: str) -> int | None:
+    value = value.strip()
+    if not value:
+        return None
+    if not value.isdigit() or len(value) > 7:
+        raise clients.InvalidClient(f"{field} must be a whole number from 0 to {clients.MAX_RATE}.", field)
+    return int(value)
+
+
 @never_cache  # The response to the POST holds a secret; no cache may keep it.
 @login_required
 @require_http_methods(["GET", "POST"])
@@ -61,12 +71,15 @@ def client_list(request: AuthenticatedHttpRequest) -> HttpResponse:
                 name=request.POST.get("name", ""), acts_for_users=request.POST.get("acts_for_users") == "on",
                 user_header=request.POST.get("user_header", "").strip()[:100] or DEFAULT_USER_HEADER,
                 create_users=request.POST.get("create_users") == "on", by=request.user,
+                calls_per_minute=_optional_int(request.POST.get("calls_per_minute", ""), "calls_per_minute"),
+                user_calls_per_minute=_optional_int(request.POST.get("user_calls_per_minute", ""), "user_calls_per_minute"),
             )
         except clients.InvalidClient as exc:
             error = str(exc)
     credentials = ClientCredential.objects.select_related("created_by")
     return render(request, "accounts/clients.html", {
         "credentials": credentials, "new_token": new_token, "error": error, "default_header": DEFAULT_USER_HEADER,
+        "default_client_rate": settings.TOOLHUB_CLIENT_CALLS_PER_MINUTE, "default_user_rate": settings.TOOLHUB_USER_CALLS_PER_MINUTE,
     }, status=400 if error else 200)
 
 

@@ -406,6 +406,7 @@ def _client_out(client: ClientCredential) -> dict:
     return {
         "id": client.pk, "name": client.name, "acts_for_users": client.acts_for_users,
         "user_header": client.user_header, "create_users": client.create_users,
+        "calls_per_minute": client.calls_per_minute, "user_calls_per_minute": client.user_calls_per_minute,
         "created_at": client.created_at.isoformat(), "last_used_at": client.last_used_at.isoformat() if client.last_used_at else None,
     }
 
@@ -422,7 +423,8 @@ def create_client(request, payload: s.ClientIn):
     try:
         client, raw = clients.client_create(
             name=payload.name, acts_for_users=payload.acts_for_users, user_header=payload.user_header,
-            create_users=payload.create_users, by=request.user,
+            create_users=payload.create_users, by=request.user, calls_per_minute=payload.calls_per_minute,
+            user_calls_per_minute=payload.user_calls_per_minute,
         )
     except clients.InvalidClient as exc:
         raise _error(409 if isinstance(exc, clients.ClientNameTaken) else 400, str(exc), exc.field) from None

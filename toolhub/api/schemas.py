@@ -215,6 +215,8 @@ class ClientIn(Schema):
     acts_for_users: bool = False
     user_header: str = Field(default="X-OpenWebUI-User-Email", max_length=100)
     create_users: bool = False
+    calls_per_minute: int | None = None
+    user_calls_per_minute: int | None = None
 
 
 class ClientOut(Schema):
@@ -223,6 +225,8 @@ class ClientOut(Schema):
     acts_for_users: bool
     user_header: str
     create_users: bool
+    calls_per_minute: int | None
+    user_calls_per_minute: int | None
     created_at: str
     last_used_at: str | None
 

@@ -68,7 +68,11 @@ class Invocation(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["toolkit", "tool", "-created_at"]), models.Index(fields=["status"])]
+        indexes = [
+            models.Index(fields=["toolkit", "tool", "-created_at"]), models.Index(fields=["status"]),
+            # The rate limits of the tool servers count recent calls per client and per user.
+            models.Index(fields=["client", "created_at"]), models.Index(fields=["user", "surface", "created_at"]),
+        ]
 
     def get_absolute_url(self) -> str:
         return reverse("invocation_detail", args=[self.id])

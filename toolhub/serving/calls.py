@@ -15,6 +15,7 @@ from toolhub.accounts.clients import Caller
 from toolhub.runs import services as run_services
 from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus
 from toolhub.serving.catalog import ServedTool
+from toolhub.serving.limits import check_rate
 
 # What a tool gets when its question cannot be put to anyone (the client does not support
 # elicitation, or declined): the same values the runtime gives on a timeout.
@@ -66,6 +67,7 @@ def serve_call(
     `no_answer` at once. `on_event(event)` sees each event as it is stored (progress
     notifications). Raises run_services.InvocationRejected before anything runs (arguments,
     not ready, no broker)."""
+    check_rate(caller)
     invocation = run_services.invocation_create(
         toolkit=served.toolkit, tool=served.tool, arguments=arguments, user=caller.user,
         client=caller.client, surface=surface,

@@ -36,6 +36,7 @@ from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.serving import catalog
 from toolhub.serving.auth import caller_from_headers
 from toolhub.serving.calls import NeedsInput, answer, follow, no_answer, serve_call
+from toolhub.serving.limits import RateLimited
 
 logger = logging.getLogger(__name__)
 
@@ -206,10 +207,13 @@ async def call_tool(ctx, params: types.CallToolRequestParams):
         try:
             return serve_call(caller=caller, served=served, arguments=params.arguments or {}, surface=Surface.MCP,
                               ask=loop_ask, on_event=on_event)
-        except run_services.InvocationRejected as exc:
+        except (run_services.InvocationRejected, RateLimited) as exc:
             return exc
 
     outcome = await _db(run)
+    if isinstance(outcome, RateLimited):
+        # The model reads this and may retry; hosts that show errors show it to the person.
+        return _text_result(outcome.message, error=True)
     if isinstance(outcome, run_services.InvocationRejected):
         if exc_is_unavailable(outcome):
             raise MCPError(code=types.INTERNAL_ERROR, message=outcome.errors[0][0])

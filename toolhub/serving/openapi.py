@@ -19,6 +19,7 @@ from toolhub.runs.models import Surface
 from toolhub.serving import catalog
 from toolhub.serving.auth import caller_from_headers
 from toolhub.serving.calls import serve_call
+from toolhub.serving.limits import RateLimited
 
 MAX_BODY = 1024 * 1024
 _DEFS_REF = re.compile(r"^#/\$defs/(.+)$")
@@ -156,6 +157,8 @@ def openapi_call(request: HttpRequest, name: str, slug: str | None = None) -> Ht
     except run_services.InvocationRejected as exc:
         body = {"errors": [{"message": m, "field": f, "line": None} for m, f in exc.errors]}
         return _cors(request, JsonResponse(body, status=exc.status))
+    except RateLimited as exc:
+        return _cors(request, _errors(429, exc.message, headers={"Retry-After": str(exc.retry_after)}))
     headers = {"X-ToolHub-Invocation": str(outcome.invocation.id)}
     if not outcome.ok:
         status = 504 if not outcome.finished else 500

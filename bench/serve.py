@@ -1,0 +1,155 @@
+"""What the tool-server layers cost on top of an invocation: the same trivial tool called
+over real HTTP through `POST /api/v1/.../invoke` (`"wait": true`), the OpenAPI tool server
+(`POST /openapi/{slug}/{tool}`) and MCP `tools/call` (the official `mcp` client, on a
+handshake-era session and on a 2026-07-28 stateless connection), against one uvicorn server
+process and one real Celery worker.
+
+    .venv/bin/python bench/serve.py [--runs N] [--port P]
+
+Rows: p50 and p95 over N calls after two warm-up calls, and each p50's ratio to (and
+difference from) the direct API call's. Scratch setup as in bench/invoke.py (a fresh data
+directory and database; `REDIS_URL` for Redis, else the filesystem broker). Needs root,
+bubblewrap and the sandbox users, like the worker."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))
+
+import invoke as base  # noqa: E402 - bench/invoke.py: scratch setup, worker, toolkit, percentiles.
+
+
+class Server:
+    """uvicorn serving toolhub.asgi on the scratch database."""
+
+    def __init__(self, scratch: base.Scratch, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = scratch.dir / "server.log"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "toolhub.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+             "--lifespan", "on", "--no-access-log", "--log-level", "warning"],
+            cwd=REPO, env=dict(os.environ), stdout=self.log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        import httpx2
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                httpx2.get(f"{self.url}/openapi/openapi.json", timeout=1)
+                return
+            except httpx2.HTTPError:
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.2)
+        self.stop()
+        raise SystemExit("the server did not start:\n" + self.log.read_text(errors="replace")[-3000:])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+
+
+def _check(ok: bool, what: str) -> None:
+    if not ok:
+        raise SystemExit(f"the {what} call did not succeed")
+
+
+def http_rows(url: str, token: str, slug: str, runs: int) -> list[tuple[str, list[float]]]:
+    import httpx2
+
+    headers = {"Authorization": f"Bearer {token}"}
+    rows = []
+    with httpx2.Client(headers=headers, timeout=60) as http:
+        def api() -> None:
+            response = http.post(f"{url}/api/v1/toolkits/{slug}/tools/echo/invoke", json={"arguments": base.ARGUMENTS, "wait": True})
+            _check(response.status_code == 200 and response.json()["status"] == "succeeded", "API")
+
+        def openapi() -> None:
+            response = http.post(f"{url}/openapi/{slug}/echo", json=base.ARGUMENTS)
+            _check(response.status_code == 200 and response.json() == base.ARGUMENTS["text"], "OpenAPI")
+
+        rows.append(("API: POST .../invoke, wait", base._measure(api, runs)))
+        rows.append(("OpenAPI: POST /openapi/{slug}/echo", base._measure(openapi, runs)))
+    return rows
+
+
+async def _mcp_times(url: str, token: str, mode: str, runs: int) -> list[float]:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+        times = []
+        for i in range(runs + 2):
+            started = time.perf_counter()
+            result = await client.call_tool("echo", base.ARGUMENTS)
+            elapsed = time.perf_counter() - started
+            _check(not result.is_error and result.content[0].text == base.ARGUMENTS["text"], "MCP")
+            if i >= 2:
+                times.append(elapsed)
+        return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=30, help="calls per row (default 30)")
+    parser.add_argument("--port", type=int, default=21390, help="port of the scratch server (default 21390)")
+    args = parser.parse_args()
+
+    scratch = base.Scratch()
+    worker = server = None
+    try:
+        import django
+
+        django.setup()
+        from django.conf import settings
+        from django.core.management import call_command
+
+        from toolhub.accounts.models import ApiToken
+
+        call_command("migrate", verbosity=0)
+        user, toolkit = base.ready_toolkit()
+        broker = "redis" if settings.REDIS_URL else "filesystem"
+        database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+        print(f"toolkit ready; broker: {broker}, database: {database}", flush=True)
+        worker = base.Worker(scratch, concurrency=1)
+        server = Server(scratch, args.port)
+        _token, raw = ApiToken.issue(user=user, name="bench")
+
+        rows = http_rows(server.url, raw, toolkit.slug, args.runs)
+        rows.append(("MCP tools/call (2025 session)", asyncio.run(_mcp_times(f"{server.url}/mcp/{toolkit.slug}", raw, "legacy", args.runs))))
+        rows.append(("MCP tools/call (2026-07-28)", asyncio.run(_mcp_times(f"{server.url}/mcp/{toolkit.slug}", raw, "2026-07-28", args.runs))))
+
+        baseline = base._percentile(rows[0][1], 0.5)
+        print(f"\n{args.runs} calls per row, over HTTP to one uvicorn process, one worker (concurrency 1)\n")
+        print(f"| {'path':<36} | {'p50 ms':>8} | {'p95 ms':>8} | {'p50 / API':>9} | {'p50 - API ms':>12} |")
+        print(f"| {'-' * 36} | {'-' * 8}:| {'-' * 8}:| {'-' * 9}:| {'-' * 12}:|")
+        for name, times in rows:
+            p50, p95 = base._percentile(times, 0.5), base._percentile(times, 0.95)
+            print(f"| {name:<36} | {p50 * 1000:8.1f} | {p95 * 1000:8.1f} | {p50 / baseline:9.2f} | {(p50 - baseline) * 1000:12.1f} |")
+    finally:
+        if server is not None:
+            server.stop()
+        if worker is not None:
+            worker.stop()
+        scratch.remove(keep=False)
+
+
+if __name__ == "__main__":
+    main()
