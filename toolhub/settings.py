@@ -238,9 +238,12 @@ CELERY_TASK_ROUTES = {
     "toolhub.toolkits.tasks.introspect_revision": {"queue": "sandbox"},
     "toolhub.runs.tasks.run_invocation": {"queue": "sandbox"},
     "toolhub.runs.tasks.reap_stale_work": {"queue": "maintenance"},
+    "toolhub.agents.tasks.run_agent": {"queue": "sandbox"},
+    "toolhub.agents.tasks.reap_stale_agent_runs": {"queue": "maintenance"},
 }
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-work": {"task": "toolhub.runs.tasks.reap_stale_work", "schedule": 30.0},
+    "reap-stale-agent-runs": {"task": "toolhub.agents.tasks.reap_stale_agent_runs", "schedule": 30.0},
 }
 
 # PACKAGES AND ENVIRONMENTS
@@ -287,6 +290,15 @@ TOOLHUB_USER_CALLS_PER_MINUTE = env.int("TOOLHUB_USER_CALLS_PER_MINUTE", default
 # An invocation still queued or running this long after it was accepted is failed by
 # the reaper (the worker that had it died).
 TOOLHUB_STALE_AFTER_SECONDS = env.float("TOOLHUB_STALE_AFTER_SECONDS", default=300.0)
+
+# AGENT RUNS
+# ------------------------------------------------------------------------------
+# A run's total time (model and tool calls included) and tokens (prompt + completion, as the
+# endpoint reports them); runs a user may start per hour; tools per run.
+TOOLHUB_AGENT_MAX_SECONDS = env.float("TOOLHUB_AGENT_MAX_SECONDS", default=300.0)
+TOOLHUB_AGENT_MAX_TOKENS = env.int("TOOLHUB_AGENT_MAX_TOKENS", default=100_000)
+TOOLHUB_AGENT_RUNS_PER_HOUR = env.int("TOOLHUB_AGENT_RUNS_PER_HOUR", default=60)
+TOOLHUB_AGENT_MAX_TOOLS = env.int("TOOLHUB_AGENT_MAX_TOOLS", default=20)
 
 # NETWORK EGRESS (for toolkits an admin granted it)
 # ------------------------------------------------------------------------------

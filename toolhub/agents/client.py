@@ -51,11 +51,12 @@ class Client:
         self._key = connection.api_key()
         headers = connection.extra_headers()
         self._secrets = [self._key, *headers.values()]
+        self.timeout = timeout if timeout is not None else connection.timeout_seconds
         self._client = openai.OpenAI(
             base_url=connection.base_url,
             api_key=self._key or _NO_KEY,
             default_headers=headers or None,
-            timeout=timeout if timeout is not None else connection.timeout_seconds,
+            timeout=self.timeout,
             max_retries=0,
         )
 

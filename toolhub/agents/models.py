@@ -4,6 +4,7 @@ and the extra headers' values are stored encrypted with the valves' vault and ne
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from toolhub.accounts.roles import is_admin
+from toolhub.toolkits.fields import OrderedJSONField
 from toolhub.toolkits.valves import vault
 
 
@@ -78,3 +80,65 @@ class ModelConnection(models.Model):
             mine = set(user.groups.values_list("pk", flat=True))
             return any(group.pk in mine for group in self.groups.all())
         return False
+
+
+class AgentRunStatus(models.TextChoices):
+    QUEUED = "queued", _("Queued")
+    RUNNING = "running", _("Running")
+    SUCCEEDED = "succeeded", _("Succeeded")
+    FAILED = "failed", _("Failed")
+
+
+AGENT_FINISHED = {AgentRunStatus.SUCCEEDED, AgentRunStatus.FAILED}
+
+
+class AgentRun(models.Model):
+    """One run of an agent strategy: a model on a connection, the tools it was given, a query.
+    `log` is the tree as a list of nodes in the order they were first seen; a node that comes
+    again (same id) replaces its earlier state in place."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_runs")
+    connection = models.ForeignKey(ModelConnection, null=True, on_delete=models.SET_NULL, related_name="runs")
+    connection_name = models.CharField(max_length=100)
+    model = models.CharField(max_length=200)
+    strategy = models.ForeignKey("toolkits.Toolkit", on_delete=models.CASCADE, related_name="agent_runs")
+    strategy_revision = models.ForeignKey("toolkits.Revision", on_delete=models.CASCADE, related_name="+")
+    # [{"toolkit": slug, "tool": name, "name": what the model calls it}]
+    tools = models.JSONField(default=list)
+    query = models.TextField()
+    max_iterations = models.PositiveSmallIntegerField(default=5)
+    status = models.CharField(max_length=20, choices=AgentRunStatus.choices, default=AgentRunStatus.QUEUED)
+    answer = models.TextField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    # Which limit ended the run: max_iterations, time, tokens (or empty).
+    limit = models.CharField(max_length=20, blank=True)
+    log = OrderedJSONField(default=list)
+    usage = models.JSONField(default=dict)
+    invocations = models.JSONField(default=list)
+    # The strategy's traceback: shown to its owner and admins only.
+    traceback = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["user", "-created_at"]), models.Index(fields=["status"])]
+
+    def get_absolute_url(self) -> str:
+        return reverse("agent_run_detail", args=[self.id])
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in AGENT_FINISHED
+
+    def log_tree(self) -> list[dict[str, Any]]:
+        """The nodes nested under their parents (`children`), roots in order."""
+        nodes = {node["id"]: {**node, "children": []} for node in self.log}
+        roots = []
+        for node in nodes.values():
+            parent = nodes.get(node.get("parent_id") or "")
+            (parent["children"] if parent is not None and parent is not node else roots).append(node)
+        return roots

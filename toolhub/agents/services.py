@@ -3,15 +3,18 @@ API refuse the same things with the same messages."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from django.contrib.auth.models import Group, User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from kombu.exceptions import OperationalError
 
 from toolhub.agents.client import Client, ModelError
 from toolhub.agents.models import ModelConnection, Use
@@ -178,3 +181,112 @@ __all__ = [
     "ConnectionInput", "ConnectionInvalid", "ModelError", "connection_create", "connection_delete",
     "connection_list_models", "connection_update",
 ]
+
+
+# AGENT RUNS
+# ------------------------------------------------------------------------------
+
+MAX_QUERY = 20_000
+MAX_ITERATIONS = 50
+_TOOL_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+class AgentRunRejected(Exception):
+    """Carries the HTTP status the API answers with and a list of (message, field)."""
+
+    def __init__(self, status: int, errors: list[tuple[str, str | None]]) -> None:
+        super().__init__(errors[0][0] if errors else "")
+        self.status = status
+        self.errors = errors
+
+
+def model_tool_name(slug: str, tool: str) -> str:
+    """What the model calls a ToolHub tool: `{slug}__{tool}`, kept to the 64 characters OpenAI
+    allows (longer names end in a stable hash)."""
+    name = _TOOL_NAME.sub("_", f"{slug}__{tool}")
+    if len(name) <= 64:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:55]}_{digest}"
+
+
+def usable_connections(*, user) -> list[ModelConnection]:
+    connections = ModelConnection.objects.prefetch_related("groups").order_by("name")
+    return [c for c in connections if c.usable_by(user)]
+
+
+def agent_run_create(
+    *, user, connection: str, model: str, strategy: str, tools: list[dict], query: str, max_iterations: int = 5
+):
+    """Check a run's request and queue it. Raises `AgentRunRejected` (nothing is stored)."""
+    from django.conf import settings
+
+    from toolhub.agents.models import AgentRun
+    from toolhub.toolkits import access
+    from toolhub.toolkits.models import Status
+
+    found = ModelConnection.objects.prefetch_related("groups").filter(name=connection).first()
+    if found is None or not found.usable_by(user):
+        raise AgentRunRejected(404, [(_("No such model connection."), "connection")])
+    errors: list[tuple[str, str | None]] = []
+    model = (model or "").strip()
+    if not model or (found.offered_models and model not in found.offered_models):
+        errors.append((_("Choose one of the connection's models."), "model"))
+    query = (query or "").strip()
+    if not query or len(query) > MAX_QUERY:
+        errors.append((_("Type a query of at most %(max)d characters.") % {"max": MAX_QUERY}, "query"))
+    if not isinstance(max_iterations, int) or not 1 <= max_iterations <= MAX_ITERATIONS:
+        errors.append((_("max_iterations is between 1 and %(max)d.") % {"max": MAX_ITERATIONS}, "max_iterations"))
+    strategy_kit = access.toolkit_usable_by(user, strategy)
+    revision = strategy_kit.current_revision if strategy_kit else None
+    if revision is None or revision.kind != "agent_strategy":
+        errors.append((_("No such agent strategy."), "strategy"))
+    elif revision.status != Status.READY:
+        errors.append((_("The strategy is not ready yet."), "strategy"))
+    if len(tools) > settings.TOOLHUB_AGENT_MAX_TOOLS:
+        errors.append((_("Give at most %(max)d tools.") % {"max": settings.TOOLHUB_AGENT_MAX_TOOLS}, "tools"))
+        tools = []
+    wanted = list(dict.fromkeys((str(t.get("toolkit", "")), str(t.get("tool", ""))) for t in tools))
+    kits = {
+        kit.slug: kit
+        for kit in access.toolkits_usable_by(user).select_related("current_revision").filter(
+            slug__in={slug for slug, _t in wanted}
+        )
+    }
+    chosen = []
+    for slug, tool in wanted:
+        kit = kits.get(slug)
+        current = kit.current_revision if kit else None
+        if current is None or current.kind == "agent_strategy" or tool not in (current.tool_names or []):
+            errors.append((_("No tool %(tool)s in toolkit %(toolkit)s.") % {"tool": tool[:100], "toolkit": slug[:64]}, "tools"))
+        elif current.status != Status.READY:
+            errors.append((_("The toolkit %(toolkit)s is not ready.") % {"toolkit": slug}, "tools"))
+        else:
+            chosen.append({"toolkit": slug, "tool": tool, "name": model_tool_name(slug, tool)})
+    if errors:
+        raise AgentRunRejected(400, errors)
+    hour_ago = timezone.now() - timedelta(hours=1)
+    if AgentRun.objects.filter(user=user, created_at__gte=hour_ago).count() >= settings.TOOLHUB_AGENT_RUNS_PER_HOUR:
+        message = _("You started %(n)d agent runs in the last hour, the limit; try again later.")
+        raise AgentRunRejected(429, [(message % {"n": settings.TOOLHUB_AGENT_RUNS_PER_HOUR}, None)])
+    run = AgentRun.objects.create(
+        user=user, connection=found, connection_name=found.name, model=model, strategy=strategy_kit,
+        strategy_revision=revision, tools=chosen, query=query, max_iterations=max_iterations,
+    )
+    try:
+        _enqueue(str(run.id))
+    except (OperationalError, OSError) as exc:
+        AgentRun.objects.filter(pk=run.pk).update(
+            status="failed", error="No worker could take the run (the broker is unavailable).", finished_at=timezone.now()
+        )
+        raise AgentRunRejected(503, [(_("No worker is available right now; try again later."), None)]) from exc
+    return run
+
+
+def _enqueue(run_id: str) -> None:
+    """Publish the task, failing fast when the broker cannot be reached (as invocations do)."""
+    from toolhub.agents.tasks import run_agent
+
+    with run_agent.app.pool.acquire(block=True) as connection:
+        connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2)
+        run_agent.apply_async((run_id,), retry=False, connection=connection)

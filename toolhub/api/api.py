@@ -21,11 +21,19 @@ from toolhub import edge
 from toolhub.accounts import clients
 from toolhub.accounts.models import ClientCredential
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
+from toolhub.agents import selectors as agent_selectors
 from toolhub.agents import services as agent_services
 from toolhub.agents.models import ModelConnection
 from toolhub.api import schemas as s
 from toolhub.api.auth import BrowserSession, TokenAuth
-from toolhub.api.serializers import invocation_out, model_connection_out, package_out, toolkit_out, toolkit_summary
+from toolhub.api.serializers import (
+    agent_run_out,
+    invocation_out,
+    model_connection_out,
+    package_out,
+    toolkit_out,
+    toolkit_summary,
+)
 from toolhub.packages import services as package_services
 from toolhub.packages.models import Package, PackageRequest
 from toolhub.runs import services as run_services
@@ -99,7 +107,7 @@ api = ToolHubApi(
     parser=EdgeCheckedParser(),
 )
 
-ERRORS = {400: s.ErrorOut, 401: s.ErrorOut, 403: s.ErrorOut, 404: s.ErrorOut, 409: s.ErrorOut, 413: s.ErrorOut, 503: s.ErrorOut}
+ERRORS = {400: s.ErrorOut, 401: s.ErrorOut, 403: s.ErrorOut, 404: s.ErrorOut, 409: s.ErrorOut, 413: s.ErrorOut, 429: s.ErrorOut, 503: s.ErrorOut}
 
 
 class ApiError(Exception):
@@ -521,6 +529,27 @@ def test_model_connection(request, connection_id: int):
         return {"models": agent_services.connection_list_models(connection=connection)}
     except agent_services.ModelError as exc:
         raise _error(503, str(exc)) from None
+
+
+# AGENT RUNS
+# ------------------------------------------------------------------------------
+
+
+@api.post("/agent-runs", response={202: s.QueuedOut, **ERRORS}, tags=["agents"])
+def create_agent_run(request, payload: s.AgentRunIn):
+    try:
+        run = agent_services.agent_run_create(
+            user=request.user, connection=payload.connection, model=payload.model, strategy=payload.strategy,
+            tools=[t.dict() for t in payload.tools], query=payload.query, max_iterations=payload.max_iterations,
+        )
+    except agent_services.AgentRunRejected as exc:
+        raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None
+    return Status(202, {"id": str(run.id), "status": run.status})
+
+
+@api.get("/agent-runs/{run_id}", response={200: s.AgentRunOut, **ERRORS}, tags=["agents"])
+def get_agent_run(request, run_id: str):
+    return agent_run_out(agent_selectors.get_agent_run_for_user(user=request.user, run_id=run_id))
 
 
 __all__ = ["api", "MASK"]

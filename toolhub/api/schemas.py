@@ -237,3 +237,45 @@ class ClientCreatedOut(ClientOut):
 
 class ClientList(Schema):
     items: list[ClientOut]
+
+
+class AgentToolIn(Schema):
+    toolkit: str = Field(max_length=64)
+    tool: str = Field(max_length=200)
+
+
+class AgentRunIn(Schema):
+    connection: str = Field(max_length=200)
+    model: str = Field(max_length=200)
+    strategy: str = Field(default="function_calling", max_length=64)
+    tools: list[AgentToolIn] = Field(default_factory=list, max_length=100)
+    query: str = Field(max_length=20_000)
+    max_iterations: int = 5
+
+
+class AgentLogNode(Schema):
+    id: str
+    parent_id: str | None
+    label: str
+    status: str
+    data: dict[str, Any]
+
+
+class AgentRunOut(Schema):
+    id: str
+    status: str
+    connection: str
+    model: str
+    strategy: str
+    tools: list[dict[str, str]]
+    query: str
+    max_iterations: int
+    answer: str | None
+    error: str | None
+    limit: str | None
+    log: list[AgentLogNode]
+    invocations: list[str]
+    usage: dict[str, Any]
+    created_at: str
+    started_at: str | None
+    finished_at: str | None

@@ -137,3 +137,25 @@ def model_connection_out(connection) -> dict:
         "api_key_set": connection.api_key_set,
         "created_at": _iso(connection.created_at),
     }
+
+
+def agent_run_out(run) -> dict:
+    return {
+        "id": str(run.id),
+        "status": run.status,
+        "connection": run.connection_name,
+        "model": run.model,
+        "strategy": run.strategy.slug,
+        "tools": [{"toolkit": t["toolkit"], "tool": t["tool"], "name": t["name"]} for t in run.tools],
+        "query": run.query,
+        "max_iterations": run.max_iterations,
+        "answer": run.answer if run.status == "succeeded" else None,
+        "error": run.error or None,
+        "limit": run.limit or None,
+        "log": run.log,
+        "invocations": run.invocations,
+        "usage": run.usage,
+        "created_at": _iso(run.created_at),
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+    }

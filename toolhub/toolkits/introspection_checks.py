@@ -26,7 +26,7 @@ MAX_ENUM_ITEMS = 256
 MAX_KEYS = 512
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_KINDS = ("openwebui", "ragflow")
+_KINDS = ("openwebui", "ragflow", "agent_strategy")
 
 
 class IntrospectionRefused(ValueError):

@@ -1,0 +1,365 @@
+"""One agent run, in the worker: the strategy runs in its sandbox; its model and tool calls
+come back over the runtime's line protocol and are answered here, within the run's limits.
+
+- A model call goes to the run's connection with the official `openai` client. The host counts
+  them: past `max_iterations` calls, the run's total time or its token budget, the call is
+  refused and the run ends failed with that limit named, whatever the strategy does next.
+- A tool call runs only a tool the run was given, as the run's user with their UserValves, in
+  that tool's own sandbox: it is an invocation like any other, recorded in the history, and its
+  id is kept on the run.
+- The log tree is the strategy's nodes (ids prefixed `s-`) and the host's own record of each
+  model and tool call (`h-`), hung under the strategy's innermost open node. Every node, its
+  data and the number of nodes are bounded, and what is stored is saved as it happens, so the
+  page shows the tree growing and a run that ends badly keeps the tree so far.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.utils import timezone
+
+from toolhub.agents.client import Client, ModelError
+from toolhub.agents.models import AgentRun, AgentRunStatus
+from toolhub.packages import envbuild as envlib
+from toolhub.packages.environments import ensure_revision_environment
+from toolhub.runs import sandbox
+from toolhub.runs import services as run_services
+from toolhub.runs.models import Invocation, RunStatus
+from toolhub.sandbox import launcher as sandboxlib
+from toolhub.toolkits import access
+from toolhub.toolkits.models import Status, Toolkit
+
+logger = logging.getLogger(__name__)
+
+MAX_NODES = 500
+MAX_NODE_DATA = 16 * 1024
+MAX_LABEL = 200
+MAX_MESSAGES = 500
+MAX_ANSWER = 200_000
+HEARTBEAT_SECONDS = 2.0
+# Options a strategy may pass through to the chat completion.
+MODEL_OPTIONS = {"temperature", "top_p", "max_tokens", "stop", "seed", "tool_choice", "response_format"}
+
+
+def _bounded(data: Any) -> Any:
+    text = json.dumps(data, ensure_ascii=False, default=repr)
+    if len(text) <= MAX_NODE_DATA:
+        return data
+    return {"truncated": True, "preview": text[: MAX_NODE_DATA // 2]}
+
+
+class _Limit(Exception):
+    def __init__(self, limit: str, message: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.message = message
+
+
+class Recorder:
+    """Receives the strategy's messages for one run and answers its calls."""
+
+    def __init__(self, run: AgentRun, client: Client) -> None:
+        self.run = run
+        self.client = client
+        self.log: list[dict[str, Any]] = []
+        self.index: dict[str, int] = {}
+        self.dropped_nodes = 0
+        self.usage = {"model_calls": 0, "tool_calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        self.answer: list[str] = []
+        self.invocations: list[str] = []
+        self.limit: _Limit | None = None
+        self.model_error = ""
+        self.tools = {entry["name"]: entry for entry in run.tools}
+        self.started = time.monotonic()
+        self.host_ids = itertools.count(1)
+
+    # -- messages
+
+    def __call__(self, message: dict) -> dict | None:
+        kind = message.get("kind")
+        reply = None
+        if kind == "event":
+            event = message.get("event") or {}
+            data = event.get("data") if isinstance(event.get("data"), dict) else {}
+            if event.get("type") == "log":
+                self._strategy_node(data)
+            elif event.get("type") == "message" and sum(map(len, self.answer)) < MAX_ANSWER:
+                self.answer.append(str(data.get("content", ""))[:MAX_ANSWER])
+        elif kind == "call":
+            reply = self._call(message)
+        self.save()
+        return reply
+
+    def _call(self, message: dict) -> dict:
+        call_id = message.get("call_id")
+        event = message.get("event") or {}
+        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        parent = self._known(f"s-{data['parent_id']}" if data.get("parent_id") else None)
+        try:
+            if event.get("type") == "model.invoke":
+                return {"kind": "call_result", "call_id": call_id, "value": self._model(data, parent)}
+            if event.get("type") == "tool.invoke":
+                return {"kind": "call_result", "call_id": call_id, "value": self._tool(data, parent)}
+            return {"kind": "call_result", "call_id": call_id, "error": f"unknown call {event.get('type')!r}"}
+        except _Limit as exc:
+            if self.limit is None:
+                self.limit = exc
+                self._host_node("Limit reached", {"limit": exc.limit, "reason": exc.message}, parent, "error")
+            return {"kind": "call_result", "call_id": call_id, "error": exc.message}
+        except _CallFailed as exc:
+            return {"kind": "call_result", "call_id": call_id, "error": str(exc)}
+
+    def _check_time(self) -> float:
+        left = settings.TOOLHUB_AGENT_MAX_SECONDS - (time.monotonic() - self.started)
+        if left <= 0:
+            raise _Limit("time", f"The run used its {settings.TOOLHUB_AGENT_MAX_SECONDS:g} s and stops here.")
+        return left
+
+    def _model(self, data: dict, parent: str | None) -> dict:
+        if self.limit is not None:
+            raise self.limit
+        if self.usage["model_calls"] >= self.run.max_iterations:
+            message = f"The model was called max_iterations ({self.run.max_iterations}) times; the run stops here."
+            raise _Limit("max_iterations", message)
+        if self.usage["total_tokens"] >= settings.TOOLHUB_AGENT_MAX_TOKENS:
+            raise _Limit("tokens", f"The run used its budget of {settings.TOOLHUB_AGENT_MAX_TOKENS} tokens and stops here.")
+        left = self._check_time()
+        messages = data.get("messages")
+        if not isinstance(messages, list) or not messages or len(messages) > MAX_MESSAGES:
+            raise _CallFailed(f"messages must be a list of 1 to {MAX_MESSAGES} chat messages")
+        tools = data.get("tools") if isinstance(data.get("tools"), list) else []
+        options = {k: v for k, v in (data.get("options") or {}).items() if k in MODEL_OPTIONS}
+        self.usage["model_calls"] += 1
+        number = self.usage["model_calls"]
+        node = self._host_node(
+            f"Model call {number}", {"model": self.run.model, "messages": len(messages), "request": messages[-1]}, parent
+        )
+        kwargs: dict[str, Any] = {"model": self.run.model, "messages": messages, **options}
+        if tools:
+            kwargs["tools"] = tools
+        try:
+            completion = self.client.chat(timeout=min(self.client.timeout, left), **kwargs)
+        except ModelError as exc:
+            self.model_error = str(exc)
+            self._update(node, "error", {"error": self.model_error})
+            raise _CallFailed(self.model_error) from None
+        usage = completion.get("usage") or {}
+        for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+            value = usage.get(key)
+            if isinstance(value, int) and value >= 0:
+                self.usage[key] += value
+        choice = (completion.get("choices") or [{}])[0] or {}
+        answer = choice.get("message") or {}
+        self._update(node, "success", {
+            "answer": answer.get("content"),
+            "tool_calls": [
+                {"name": (c.get("function") or {}).get("name"), "arguments": (c.get("function") or {}).get("arguments")}
+                for c in answer.get("tool_calls") or []
+            ],
+            "usage": usage, "finish_reason": choice.get("finish_reason"),
+        })
+        return completion
+
+    def _tool(self, data: dict, parent: str | None) -> Any:
+        self._check_time()
+        name = str(data.get("name", ""))[:200]
+        arguments = data.get("arguments")
+        node = self._host_node(f"Tool {name}", {"arguments": arguments}, parent)
+        entry = self.tools.get(name)
+        if entry is None:
+            return self._tool_failed(node, f"no tool named {name!r} was given to this run")
+        # Checked again on every call: the user may have lost the toolkit since the run began.
+        toolkit = access.toolkit_usable_by(self.run.user, entry["toolkit"])
+        revision = toolkit.current_revision if toolkit else None
+        if revision is None or revision.status != Status.READY or entry["tool"] not in (revision.tool_names or []):
+            return self._tool_failed(node, f"the tool {name!r} is not available now")
+        spec = run_services.tool_spec(revision, entry["tool"]) or {}
+        problems = run_services.check_arguments(spec.get("parameters") or {}, arguments)
+        if problems:
+            detail = "; ".join(f"{field}: {message}" if field else message for message, field in problems)
+            return self._tool_failed(node, f"invalid arguments: {detail}")
+        invocation = Invocation.objects.create(
+            toolkit=toolkit, revision=revision, tool=entry["tool"], arguments=arguments, user=self.run.user,
+        )
+        self.usage["tool_calls"] += 1
+        self.invocations.append(str(invocation.id))
+        self.save()
+        # In this worker, now: the tool runs in its own sandbox, as the run's user, with their
+        # UserValves, exactly as an invocation from the page would.
+        from toolhub.runs.tasks import run_invocation
+
+        run_invocation.run(str(invocation.id))
+        invocation.refresh_from_db()
+        if invocation.status != RunStatus.SUCCEEDED:
+            return self._tool_failed(node, f"the tool failed: {invocation.error}", invocation=str(invocation.id))
+        result = invocation.result
+        self._update(node, "success", {"result": result, "invocation": str(invocation.id)})
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+    def _tool_failed(self, node: str | None, message: str, invocation: str | None = None) -> Any:
+        self._update(node, "error", {"error": message, **({"invocation": invocation} if invocation else {})})
+        raise _CallFailed(message)
+
+    # -- the tree
+
+    def _known(self, node_id: str | None) -> str | None:
+        return node_id if node_id in self.index else None
+
+    def _strategy_node(self, data: dict) -> None:
+        node_id = f"s-{str(data.get('id', ''))[:100]}"
+        status = data.get("status") if data.get("status") in ("start", "success", "error") else "start"
+        label = str(data.get("label", ""))[:MAX_LABEL]
+        payload = _bounded(data.get("data") if isinstance(data.get("data"), dict) else {})
+        if node_id in self.index:
+            node = self.log[self.index[node_id]]
+            node.update(status=status, label=label, data=payload)
+            return
+        parent = self._known(f"s-{data['parent_id']}" if data.get("parent_id") else None)
+        self._add({"id": node_id, "parent_id": parent, "label": label, "status": status, "data": payload})
+
+    def _host_node(self, label: str, data: dict, parent: str | None, status: str = "start") -> str | None:
+        node_id = f"h-{next(self.host_ids)}"
+        added = self._add({"id": node_id, "parent_id": parent, "label": label, "status": status, "data": _bounded(data)})
+        self.save()
+        return node_id if added else None
+
+    def _update(self, node_id: str | None, status: str, data: dict) -> None:
+        if node_id is None or node_id not in self.index:
+            return
+        node = self.log[self.index[node_id]]
+        node["status"] = status
+        node["data"] = _bounded({**node["data"], **data})
+
+    def _add(self, node: dict) -> bool:
+        if len(self.log) >= MAX_NODES:
+            self.dropped_nodes += 1
+            return False
+        self.index[node["id"]] = len(self.log)
+        self.log.append(node)
+        return True
+
+    def save(self, **fields: Any) -> None:
+        usage = {**self.usage, **({"dropped_nodes": self.dropped_nodes} if self.dropped_nodes else {})}
+        AgentRun.objects.filter(pk=self.run.pk).update(
+            log=self.log, usage=usage, invocations=self.invocations, answer="".join(self.answer) or None,
+            heartbeat_at=timezone.now(), **fields,
+        )
+
+
+class _CallFailed(Exception):
+    """A call the strategy made failed; the message goes back to it."""
+
+
+class _Heartbeat:
+    """Beats for the run from a thread while the worker works on it, also while a model or a
+    tool takes its time, so the reaper does not take silence for a dead worker."""
+
+    def __init__(self, run_id: Any) -> None:
+        self._run_id = run_id
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"agent-heartbeat-{run_id}", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._stopped.set()
+        self._thread.join(HEARTBEAT_SECONDS + 5)
+
+    def _beat(self) -> None:
+        try:
+            while not self._stopped.wait(HEARTBEAT_SECONDS):
+                try:
+                    AgentRun.objects.filter(pk=self._run_id, status=AgentRunStatus.RUNNING).update(
+                        heartbeat_at=timezone.now()
+                    )
+                except DatabaseError:
+                    logger.warning("heartbeat of agent run %s failed", self._run_id, exc_info=True)
+        finally:
+            connection.close()
+
+
+def _finish(run: AgentRun, status: str, **fields: Any) -> None:
+    AgentRun.objects.filter(pk=run.pk).exclude(status__in=[AgentRunStatus.SUCCEEDED, AgentRunStatus.FAILED]).update(
+        status=status, finished_at=timezone.now(), **fields
+    )
+
+
+def _request(run: AgentRun) -> dict[str, Any]:
+    specs = {}
+    for kit in Toolkit.objects.select_related("current_revision").filter(slug__in={t["toolkit"] for t in run.tools}):
+        for spec in (kit.current_revision.tools if kit.current_revision else []) or []:
+            specs[(kit.slug, spec.get("function", {}).get("name"))] = spec.get("function", {})
+    tools = []
+    for entry in run.tools:
+        spec = specs.get((entry["toolkit"], entry["tool"]), {})
+        tools.append({
+            "name": entry["name"], "toolkit": entry["toolkit"], "tool": entry["tool"],
+            "description": spec.get("description", ""),
+            "parameters": spec.get("parameters") or {"type": "object", "properties": {}},
+        })
+    return {
+        "op": "agent",
+        "source_path": "/opt/toolkit/toolkit.py",
+        "parameters": {"model": {"connection": run.connection_name, "model": run.model}, "tools": tools,
+                       "query": run.query, "max_iterations": run.max_iterations},
+        "call_timeout": settings.TOOLHUB_AGENT_MAX_SECONDS,
+    }
+
+
+def execute(run: AgentRun) -> None:
+    """Run a claimed (running) agent run to its end; it always ends succeeded or failed."""
+    if run.connection is None:
+        _finish(run, AgentRunStatus.FAILED, error="The model connection was deleted.")
+        return
+    recorder = Recorder(run, Client(run.connection))
+    revision = run.strategy_revision
+    try:
+        with _Heartbeat(run.pk):
+            env_dir = ensure_revision_environment(revision)
+            # The strategy's own time is the sandbox's usual wall limit; the time the host
+            # spends on its calls is the run's budget, checked on every call.
+            limits = replace(sandbox.limits(), host_wait_seconds=settings.TOOLHUB_AGENT_MAX_SECONDS)
+            outcome = sandbox.run(revision=revision, env_dir=env_dir, request=_request(run), on_message=recorder,
+                                  limits_=limits)
+    except envlib.BuildFailed as exc:
+        _finish(run, AgentRunStatus.FAILED, error=f"The strategy's environment could not be built: {exc.reason}")
+        return
+    except sandboxlib.SandboxUnavailable as exc:
+        _finish(run, AgentRunStatus.FAILED, error=str(exc))
+        return
+    except Exception as exc:  # noqa: BLE001 - an accepted run must always end
+        logger.exception("agent run %s crashed in the worker", run.pk)
+        recorder.save()
+        _finish(run, AgentRunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
+        return
+    final = outcome.final or {}
+    recorder.save()
+    if recorder.limit is not None:
+        _finish(run, AgentRunStatus.FAILED, error=recorder.limit.message, limit=recorder.limit.limit,
+                traceback=final.get("traceback", ""))
+    elif final.get("kind") == "result":
+        _finish(run, AgentRunStatus.SUCCEEDED, answer=str(final.get("result") or "")[:MAX_ANSWER])
+    elif final.get("kind") == "error" and recorder.model_error and "ModelInvokeError" in str(final.get("error")):
+        _finish(run, AgentRunStatus.FAILED, error=f"The model call failed: {recorder.model_error}",
+                traceback=final.get("traceback", ""))
+    elif final.get("kind") == "error":
+        _finish(run, AgentRunStatus.FAILED, error=f"The strategy failed: {final.get('error')}",
+                traceback=final.get("traceback", ""))
+    elif outcome.status == "timed_out":
+        _finish(run, AgentRunStatus.FAILED, limit="time",
+                error=f"The strategy ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s of its own time.")
+    else:
+        reason = f"a sandbox limit was hit ({outcome.limit})" if outcome.limit else f"exit code {outcome.exit_code}"
+        _finish(run, AgentRunStatus.FAILED, error=f"The strategy ended without an answer ({reason}).",
+                traceback=outcome.stderr_tail)
