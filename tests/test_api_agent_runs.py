@@ -115,7 +115,8 @@ def test_a_connection_the_user_may_not_use_is_404(world, carol, admin):
 
 
 def test_a_toolkit_the_user_may_not_use_cannot_be_given(world, carol):
-    from toolhub.toolkits.models import Toolkit, Use as ToolkitUse
+    from toolhub.toolkits.models import Toolkit
+    from toolhub.toolkits.models import Use as ToolkitUse
 
     Toolkit.objects.filter(slug="calc").update(use=ToolkitUse.ADMINS)
     errors = _is_error(_api(carol).post("/agent-runs", _body()), 400)

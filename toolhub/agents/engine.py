@@ -30,12 +30,13 @@ from django.utils import timezone
 from toolhub.agents.client import Client, ModelError
 from toolhub.agents.models import AgentRun, AgentRunStatus
 from toolhub.packages import envbuild as envlib
-from toolhub.packages.environments import ensure_revision_environment
+from toolhub.runs import engine as run_engine
 from toolhub.runs import sandbox
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation, RunStatus
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.toolkits import access
+from toolhub.toolkits.building import revision_environment
 from toolhub.toolkits.models import Status, Toolkit
 
 logger = logging.getLogger(__name__)
@@ -195,9 +196,7 @@ class Recorder:
         self.save()
         # In this worker, now: the tool runs in its own sandbox, as the run's user, with their
         # UserValves, exactly as an invocation from the page would.
-        from toolhub.runs.tasks import run_invocation
-
-        run_invocation.run(str(invocation.id))
+        run_engine.run(str(invocation.id))
         invocation.refresh_from_db()
         if invocation.status != RunStatus.SUCCEEDED:
             return self._tool_failed(node, f"the tool failed: {invocation.error}", invocation=str(invocation.id))
@@ -326,7 +325,7 @@ def execute(run: AgentRun) -> None:
     revision = run.strategy_revision
     try:
         with _Heartbeat(run.pk):
-            env_dir = ensure_revision_environment(revision)
+            env_dir = revision_environment(revision)
             # The strategy's own time is the sandbox's usual wall limit; the time the host
             # spends on its calls is the run's budget, checked on every call.
             limits = replace(sandbox.limits(), host_wait_seconds=settings.TOOLHUB_AGENT_MAX_SECONDS)
