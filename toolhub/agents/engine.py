@@ -31,11 +31,11 @@ from toolhub.agents.client import Client, ModelError
 from toolhub.agents.models import AgentRun, AgentRunStatus
 from toolhub.packages import envbuild as envlib
 from toolhub.runs import engine as run_engine
-from toolhub.runs import sandbox
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation, RunStatus
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.toolkits import access
+from toolhub.toolkits import sandboxing as sandbox
 from toolhub.toolkits.building import revision_environment
 from toolhub.toolkits.models import Status, Toolkit
 
