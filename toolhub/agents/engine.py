@@ -32,7 +32,7 @@ from toolhub.agents.models import AgentRun, AgentRunStatus
 from toolhub.packages import envbuild as envlib
 from toolhub.runs import engine as run_engine
 from toolhub.runs import services as run_services
-from toolhub.runs.models import Invocation, RunStatus
+from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.toolkits import access
 from toolhub.toolkits import sandboxing as sandbox
@@ -90,7 +90,7 @@ class Recorder:
         reply = None
         if kind == "event":
             event = message.get("event") or {}
-            data = event.get("data") if isinstance(event.get("data"), dict) else {}
+            data: dict = event["data"] if isinstance(event.get("data"), dict) else {}
             if event.get("type") == "log":
                 self._strategy_node(data)
             elif event.get("type") == "message" and sum(map(len, self.answer)) < MAX_ANSWER:
@@ -103,7 +103,7 @@ class Recorder:
     def _call(self, message: dict) -> dict:
         call_id = message.get("call_id")
         event = message.get("event") or {}
-        data = event.get("data") if isinstance(event.get("data"), dict) else {}
+        data: dict = event["data"] if isinstance(event.get("data"), dict) else {}
         parent = self._known(f"s-{data['parent_id']}" if data.get("parent_id") else None)
         try:
             if event.get("type") == "model.invoke":
@@ -181,7 +181,7 @@ class Recorder:
         # Checked again on every call: the user may have lost the toolkit since the run began.
         toolkit = access.toolkit_usable_by(self.run.user, entry["toolkit"])
         revision = toolkit.current_revision if toolkit else None
-        if revision is None or revision.status != Status.READY or entry["tool"] not in (revision.tool_names or []):
+        if toolkit is None or revision is None or revision.status != Status.READY or entry["tool"] not in (revision.tool_names or []):
             return self._tool_failed(node, f"the tool {name!r} is not available now")
         spec = run_services.tool_spec(revision, entry["tool"]) or {}
         problems = run_services.check_arguments(spec.get("parameters") or {}, arguments)
@@ -190,6 +190,7 @@ class Recorder:
             return self._tool_failed(node, f"invalid arguments: {detail}")
         invocation = Invocation.objects.create(
             toolkit=toolkit, revision=revision, tool=entry["tool"], arguments=arguments, user=self.run.user,
+            surface=Surface.AGENT,
         )
         self.usage["tool_calls"] += 1
         self.invocations.append(str(invocation.id))

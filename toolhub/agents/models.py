@@ -137,7 +137,7 @@ class AgentRun(models.Model):
     def log_tree(self) -> list[dict[str, Any]]:
         """The nodes nested under their parents (`children`), roots in order."""
         nodes = {node["id"]: {**node, "children": []} for node in self.log}
-        roots = []
+        roots: list[dict[str, Any]] = []
         for node in nodes.values():
             parent = nodes.get(node.get("parent_id") or "")
             (parent["children"] if parent is not None and parent is not node else roots).append(node)

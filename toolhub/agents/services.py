@@ -17,7 +17,7 @@ from django.utils.translation import gettext as _
 from kombu.exceptions import OperationalError
 
 from toolhub.agents.client import Client, ModelError
-from toolhub.agents.models import ModelConnection, Use
+from toolhub.agents.models import AgentRun, ModelConnection, Use
 from toolhub.vault.secret_fields import MASK
 
 MAX_NAME = 100
@@ -210,18 +210,17 @@ def model_tool_name(slug: str, tool: str) -> str:
     return f"{name[:55]}_{digest}"
 
 
-def usable_connections(*, user) -> list[ModelConnection]:
+def usable_connections(*, user: User) -> list[ModelConnection]:
     connections = ModelConnection.objects.prefetch_related("groups").order_by("name")
     return [c for c in connections if c.usable_by(user)]
 
 
 def agent_run_create(
-    *, user, connection: str, model: str, strategy: str, tools: list[dict], query: str, max_iterations: int = 5
-):
+    *, user: User, connection: str, model: str, strategy: str, tools: list[dict], query: str, max_iterations: int = 5
+) -> AgentRun:
     """Check a run's request and queue it. Raises `AgentRunRejected` (nothing is stored)."""
     from django.conf import settings
 
-    from toolhub.agents.models import AgentRun
     from toolhub.toolkits import access
     from toolhub.toolkits.models import Status
 
@@ -263,7 +262,7 @@ def agent_run_create(
             errors.append((_("The toolkit %(toolkit)s is not ready.") % {"toolkit": slug}, "tools"))
         else:
             chosen.append({"toolkit": slug, "tool": tool, "name": model_tool_name(slug, tool)})
-    if errors:
+    if errors or strategy_kit is None or revision is None:
         raise AgentRunRejected(400, errors)
     hour_ago = timezone.now() - timedelta(hours=1)
     if AgentRun.objects.filter(user=user, created_at__gte=hour_ago).count() >= settings.TOOLHUB_AGENT_RUNS_PER_HOUR:
@@ -287,6 +286,9 @@ def _enqueue(run_id: str) -> None:
     """Publish the task, failing fast when the broker cannot be reached (as invocations do)."""
     from toolhub.agents.tasks import run_agent
 
+    # kombu's pool hands out Connections (its stubs say Producer).
     with run_agent.app.pool.acquire(block=True) as connection:
-        connection.ensure_connection(max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2)
-        run_agent.apply_async((run_id,), retry=False, connection=connection)
+        connection.ensure_connection(  # type: ignore[attr-defined]
+            max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2
+        )
+        run_agent.apply_async((run_id,), retry=False, connection=connection)  # type: ignore[call-arg]
