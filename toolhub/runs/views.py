@@ -16,9 +16,11 @@ from toolhub.runs import services
 from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.runs.selectors import get_invocation_for_user, parse_invocation_id
 from toolhub.toolkits import schema_forms
+from toolhub.toolkits.display import safe_link
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
 from toolhub.toolkits.views import detail_context
+from toolhub.vault.secret_fields import follow_local_ref
 
 HISTORY_PAGE = 25
 # Log nodes nest at most this deep on the page; deeper ones are shown at this depth. The tree
@@ -80,11 +82,9 @@ def _type_label(prop: dict, root: dict, depth: int = 0) -> str:
     if isinstance(prop.get("enum"), list):
         return "one of " + ", ".join(json.dumps(v, ensure_ascii=False) for v in prop["enum"][:10])
     ref = prop.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/"):
-        target = root
-        for part in ref[2:].split("/"):
-            target = target.get(part) if isinstance(target, dict) else None
-        return _type_label(target or {}, root, depth + 1) if target is not None else "object"
+    if isinstance(ref, str):
+        target = follow_local_ref(ref, root)
+        return _type_label(dict(target), root, depth + 1) if target is not None else "object"
     for key in ("anyOf", "oneOf"):
         if isinstance(prop.get(key), list) and prop[key]:
             return " or ".join(_type_label(branch, root, depth + 1) for branch in prop[key][:5])
@@ -289,7 +289,7 @@ def _citation(data: dict) -> dict:
     url = str(source.get("url", ""))
     return {
         "name": str(source.get("name", "")) or url,
-        "url": url if url.startswith(("http://", "https://")) else "",
+        "url": safe_link(url) or "",
         "documents": [str(d) for d in documents],
         "metadata": metadata,
     }

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
@@ -467,3 +468,14 @@ def translation_import(*, toolkit: Toolkit, data: Any) -> int:
 def language_names() -> list[tuple[str, str]]:
     """(code, name in the active language) of the dashboard's languages, in settings order."""
     return [(code, str(name)) for code, name in settings.LANGUAGES]
+
+
+def safe_link(value: str) -> str | None:
+    """The URL if hostile text may become a link: only http(s), so a `javascript:` URL in hostile
+    frontmatter stays text, and nothing that fails to parse."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number.
+    except ValueError:
+        return None
+    return value if parts.scheme in ("http", "https") and parts.netloc else None

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Group
@@ -16,6 +14,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
 from toolhub.toolkits import access, selectors, services
+from toolhub.toolkits.display import safe_link
 from toolhub.toolkits.highlight import highlight_python
 from toolhub.toolkits.models import Toolkit, Use
 from toolhub.toolkits.notices import revision_warnings
@@ -173,17 +172,6 @@ def detail_context(request: HttpRequest, toolkit: Toolkit, tab: str) -> dict:
     }
 
 
-def _link(value: str) -> str | None:
-    """The URL if it may become a link: only http(s), so a `javascript:` URL in hostile
-    frontmatter stays text, and nothing that fails to parse."""
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number.
-    except ValueError:
-        return None
-    return value if parts.scheme in ("http", "https") and parts.netloc else None
-
-
 @login_required
 @require_GET
 def toolkit_detail(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
@@ -191,10 +179,10 @@ def toolkit_detail(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse
     ctx = detail_context(request, toolkit, "overview")
     manifest = ctx["revision"].manifest if ctx["revision"] else {}
     ctx["manifest_rows"] = [
-        {"key": key, "value": value, "href": _link(value) if key.endswith("_url") else None}
+        {"key": key, "value": value, "href": safe_link(value) if key.endswith("_url") else None}
         for key, value in manifest.items()
     ]
-    ctx["support_url"] = _link(manifest.get("funding_url", ""))
+    ctx["support_url"] = safe_link(manifest.get("funding_url", ""))
     shown = [ctx["revision"]] + ([ctx["latest"]] if ctx["latest"] != ctx["revision"] else [])
     ctx["warnings"] = [warning for revision in shown for warning in revision_warnings(revision)]
     ctx["access"] = access.access_out(toolkit)
