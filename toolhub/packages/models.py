@@ -40,6 +40,9 @@ class PackageRequest(models.Model):
     revision = models.ForeignKey("toolkits.Revision", on_delete=models.CASCADE, related_name="package_requests")
     specifier = models.CharField(max_length=200, blank=True)
     transitive = models.BooleanField(default=False)
+    # Set when the name was inferred from an import the toolkit does not declare.
+    import_name = models.CharField(max_length=200, blank=True)
+    import_line = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -52,13 +52,18 @@ def validate_name(name: str) -> str:
         raise InvalidPackageName(f"{name!r} is not a valid package name.") from None
 
 
-def requests_record(*, revision_id: int, wanted: dict[str, str], transitive: dict[str, str]) -> None:
+def requests_record(
+    *, revision_id: int, wanted: dict[str, str], transitive: dict[str, str],
+    inferred: dict[str, tuple[str, int]] | None = None,
+) -> None:
     """Record which packages a revision asks for: `wanted` from its requirements and
-    `transitive` found only in its lock (name -> specifier). Call inside the transaction
+    `transitive` found only in its lock (name -> specifier); `inferred` marks the wanted
+    names that come from an import rather than `requirements:` (name -> (module, line)). Call inside the transaction
     that then evaluates the revision: the package rows are locked, in name order, before
     their status is read, so a decision committing meanwhile either sees these requests or
     is seen by the evaluation."""
     wanted = {normalise(n): s for n, s in wanted.items()}
+    sites = {normalise(n): site for n, site in (inferred or {}).items()}
     transitive = {n: s for n, s in ((normalise(n), s) for n, s in transitive.items()) if n not in wanted}
     names = sorted({*wanted, *transitive})
     if not names:
@@ -74,10 +79,13 @@ def requests_record(*, revision_id: int, wanted: dict[str, str], transitive: dic
                 package=package, revision_id=revision_id,
                 specifier=wanted.get(package.name, transitive.get(package.name, "")),
                 transitive=package.name in transitive,
+                import_name=sites[package.name][0] if package.name in sites else "",
+                import_line=sites[package.name][1] if package.name in sites else None,
             )
             for package in packages
         ],
-        update_conflicts=True, unique_fields=["package", "revision"], update_fields=["specifier", "transitive"],
+        update_conflicts=True, unique_fields=["package", "revision"],
+        update_fields=["specifier", "transitive", "import_name", "import_line"],
     )
 
 

@@ -60,8 +60,9 @@ def submit(*, revision: Revision, extra_names: dict[str, str] | None = None) -> 
     `rejected` or `building` (then queue its build once the transaction commits).
     `extra_names` are transitive names found in its lock (name -> pinned specifier)."""
     wanted = {r["name"]: r["specifier"] for r in revision.requirements}
+    inferred = {r["name"]: (r["inferred"]["module"], r["inferred"]["line"]) for r in revision.requirements if r.get("inferred")}
     with transaction.atomic():
-        packages.requests_record(revision_id=revision.pk, wanted=wanted, transitive=extra_names or {})
+        packages.requests_record(revision_id=revision.pk, wanted=wanted, transitive=extra_names or {}, inferred=inferred)
         evaluate(revision=revision)
 
 

@@ -4,6 +4,7 @@ them imports or runs the uploaded code (the checks are static, see toolhub.toolk
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
@@ -105,6 +106,17 @@ def _parse(source: bytes | str, filename: str | None) -> ParsedToolkit:
     return parsed
 
 
+def _requirements(parsed: ParsedToolkit) -> list[dict[str, Any]]:
+    """The declared requirements, then those inferred from imports (marked `inferred` with
+    the import and its line); both go through the same approval."""
+    declared: list[dict[str, Any]] = [{"name": r.name, "specifier": r.specifier, "text": r.text} for r in parsed.requirements]
+    inferred: list[dict[str, Any]] = [
+        {"name": r.name, "specifier": "", "text": r.name, "inferred": {"module": r.module, "line": r.line}}
+        for r in parsed.inferred_requirements
+    ]
+    return declared + inferred
+
+
 def _new_revision(*, toolkit: Toolkit, parsed: ParsedToolkit, user: User, number: int) -> Revision:
     return Revision.objects.create(
         toolkit=toolkit,
@@ -116,7 +128,7 @@ def _new_revision(*, toolkit: Toolkit, parsed: ParsedToolkit, user: User, number
         title=parsed.title,
         description=parsed.description,
         manifest=parsed.manifest,
-        requirements=[{"name": r.name, "specifier": r.specifier, "text": r.text} for r in parsed.requirements],
+        requirements=_requirements(parsed),
         tool_names=parsed.tool_names,
         has_valves=parsed.has_valves,
         has_user_valves=parsed.has_user_valves,

@@ -29,6 +29,8 @@ from packaging.requirements import InvalidRequirement
 from packaging.requirements import Requirement as _PackagingRequirement
 from packaging.utils import canonicalize_name
 
+from toolhub.packages.import_names import distribution_for, needs_distribution
+
 MAX_SOURCE_BYTES = 512 * 1024
 # Counts and lengths a toolkit may not exceed: each requirement becomes a package row and
 # a line in the admins' queue, and every name is stored in a column of this length.
@@ -101,6 +103,16 @@ OPEN_WEBUI_PACKAGE = "open_webui"
 
 
 @dataclass(frozen=True)
+class InferredRequirement:
+    """A distribution a toolkit imports without declaring it: `name` (canonical) from the
+    import of `module` on `line` (its first import that is not optional)."""
+
+    name: str
+    module: str
+    line: int
+
+
+@dataclass(frozen=True)
 class ParsedToolkit:
     """What the static checks learnt. `kind` is "openwebui" (`class Tools`), "ragflow" or "agent_strategy"; `tool_names`
     are the public methods of `Tools` in source order, or a plugin's literal metadata name (else its
@@ -132,6 +144,20 @@ class ParsedToolkit:
     @property
     def open_webui_imports(self) -> list[ImportSite]:
         return [site for site in self.import_sites if site.top == OPEN_WEBUI_PACKAGE]
+
+    @property
+    def inferred_requirements(self) -> list[InferredRequirement]:
+        """Each distribution the code imports that `requirements:` does not name. Optional
+        imports (in `try`/`except ImportError`, under `if TYPE_CHECKING:`) ask for nothing."""
+        declared = {requirement.name for requirement in self.requirements}
+        found: dict[str, InferredRequirement] = {}
+        for site in self.import_sites:
+            if site.optional or not needs_distribution(site.top, kind=self.kind):
+                continue
+            name = distribution_for(site.top)
+            if name not in declared and name not in found:
+                found[name] = InferredRequirement(name, site.top, site.line)
+        return list(found.values())
 
 
 @dataclass(frozen=True)

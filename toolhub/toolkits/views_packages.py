@@ -56,7 +56,7 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     # and each package lists its first requests only (with their count).
     requests = (
         PackageRequest.objects.select_related("revision__toolkit")
-        .only("package_id", "specifier", "transitive", "revision__number", "revision__toolkit__slug")
+        .only("package_id", "specifier", "transitive", "import_name", "import_line", "revision__number", "revision__toolkit__slug")
         .order_by("revision__toolkit__slug", "revision__number")
     )
     packages = (
