@@ -534,3 +534,67 @@ def test_a_runs_secrets_reach_only_its_sandbox(ready, alice, admin, caplog, clie
     for text in seen:
         assert "admin-secret-9137" not in text
         assert "alice-secret-2468" not in text
+
+
+WARM_PROBE = """
+\"\"\"
+title: Warm Probe
+author: tests
+description: Tells which process answered.
+version: {version}
+\"\"\"
+import os
+
+
+class Tools:
+    def where(self) -> list:
+        \"\"\"Which code and which process answered.\"\"\"
+        return ["{version}", os.getpid(), os.getppid()]
+"""
+
+
+@pytest.mark.worker
+def test_a_warm_worker_reuses_its_sandbox_and_never_runs_an_old_revision(
+    ready, build, alice, client, tmp_path, monkeypatch
+):
+    from toolhub.toolkits.services import revision_upload
+
+    toolkit = ready(alice, WARM_PROBE.replace("{version}", "1.0.0"))
+    monkeypatch.setenv("TOOLHUB_SANDBOX_WARM", "1")
+    worker = start_worker(tmp_path)
+
+    def where() -> list:
+        response = client.post(
+            f"/api/v1/toolkits/{toolkit.slug}/tools/where/invoke",
+            json.dumps({"arguments": {}, "wait": True}),
+            content_type="application/json", **bearer(alice),
+        )
+        body = response.json()
+        assert response.status_code == 200 and body["status"] == "succeeded", (body, worker.output()[-3000:])
+        return json.loads(body["result"]) if isinstance(body["result"], str) else body["result"]
+
+    try:
+        first, second = where(), where()
+        # Both answered by a child of the same fork server (pid 1 of one warm sandbox), each
+        # in a process of its own.
+        assert first[0] == second[0] == "1.0.0"
+        assert first[2] == second[2] == 1 and first[1] != second[1]
+        warm = {int(line.split()[0]) for line in _sandbox_lines("forkserver.py")}
+        assert warm, "a warm sandbox should be idle between the calls"
+        # A new revision mid-flight: the next call runs its code, on the same warm sandbox.
+        revision_upload(toolkit=toolkit, source=WARM_PROBE.replace("{version}", "2.0.0"), user=alice)
+        build(toolkit)
+        third = where()
+        assert third[0] == "2.0.0" and third[2] == 1
+        assert {int(line.split()[0]) for line in _sandbox_lines("forkserver.py")} == warm
+    finally:
+        worker.kill()
+    # The warm sandbox went with its worker.
+    wait_until(lambda: not _sandbox_lines("forkserver.py"), timeout=10, what="the warm sandbox to go")
+
+
+def _sandbox_lines(needle: str) -> list[str]:
+    users = ",".join(sandbox_user_names())
+    result = subprocess.run(["ps", "-u", users, "-o", "pid=,args="], capture_output=True, text=True, check=False)
+    own = set(_descendants(os.getpid()))
+    return [line for line in result.stdout.splitlines() if needle in line and int(line.split()[0]) in own]

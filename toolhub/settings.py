@@ -269,6 +269,13 @@ TOOLHUB_SANDBOX_USER = env.str("TOOLHUB_SANDBOX_USER", default="toolhub-sandbox"
 # Sandboxes run as uids leased from a pool of this many users (toolhub-sb-0000...), created by
 # scripts/system-setup with the same variable; 0 runs every sandbox as TOOLHUB_SANDBOX_USER.
 TOOLHUB_SANDBOX_UIDS = env.int("TOOLHUB_SANDBOX_UIDS", default=16)
+# Warm sandboxes (toolhub/sandbox/warm.py): how many idle ones each worker process keeps per
+# environment (0: every call starts a cold sandbox), how long an idle one lives, and after how
+# many calls or seconds one is retired.
+TOOLHUB_SANDBOX_WARM = env.int("TOOLHUB_SANDBOX_WARM", default=1)
+TOOLHUB_SANDBOX_WARM_IDLE_SECONDS = env.float("TOOLHUB_SANDBOX_WARM_IDLE_SECONDS", default=300.0)
+TOOLHUB_SANDBOX_WARM_MAX_CALLS = env.int("TOOLHUB_SANDBOX_WARM_MAX_CALLS", default=100)
+TOOLHUB_SANDBOX_WARM_MAX_AGE = env.float("TOOLHUB_SANDBOX_WARM_MAX_AGE", default=600.0)
 # Host-wide (not per data dir): the uids are the host's. Root's, mode 0700.
 TOOLHUB_SANDBOX_UID_LOCK_DIR = env.str("TOOLHUB_SANDBOX_UID_LOCK_DIR", default="/run/toolhub-sandbox-uids")
 TOOLHUB_SANDBOX_WALL_SECONDS = env.float("TOOLHUB_SANDBOX_WALL_SECONDS", default=30.0)

@@ -13,6 +13,9 @@ os.environ.setdefault("TOOLHUB_ENV_FILE", "/nonexistent")
 os.environ.setdefault("TOOLHUB_ENCRYPTION_KEYS", "k0TA1fW4Wk2s3kX0Zr6Cz9Gm4t1sR8hL2bQ5yE7uN0o=")
 os.environ.setdefault("TOOLHUB_FIND_LINKS", str(_REPO / ".data" / "wheelhouse"))
 os.environ.setdefault("TOOLHUB_NO_INDEX", "1")
+# Calls made in the test process itself stay cold: a warm sandbox would outlive the test that
+# started it. Tests of warm workers set it for their worker process.
+os.environ.setdefault("TOOLHUB_SANDBOX_WARM", "0")
 # Playwright's sync API runs an event loop in the test thread; the ORM calls the tests make
 # around it are still synchronous.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")

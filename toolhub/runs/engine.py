@@ -187,7 +187,7 @@ def run(invocation_id: str) -> None:
                 request["egress"] = egress
                 outcome = sandboxing.run(
                     revision=revision, env_dir=env_dir, request=request, on_message=Recorder(invocation, scrub),
-                    extra_binds=binds,
+                    extra_binds=binds, warm=True,
                 )
                 if proxy is not None:
                     Invocation.objects.filter(pk=invocation.pk).update(egress=proxy.stop())

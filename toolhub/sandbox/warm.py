@@ -60,7 +60,7 @@ _KILL_PATIENCE = 2.0
 _PARENT_MEMORY_ALLOWANCE = 128 << 20
 
 
-class WarmSandboxBroken(RuntimeError):
+class WarmSandboxBroken(SandboxUnavailable):
     """The sandbox's parent misbehaved or died; the sandbox has been retired."""
 
 
@@ -569,6 +569,8 @@ class WarmPool:
     _idle: dict[_Key, list[WarmSandbox]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     started: int = 0
+    _reaper: threading.Thread | None = None
+    _stopped: threading.Event = field(default_factory=threading.Event)
 
     def run(
         self,
@@ -634,6 +636,19 @@ class WarmPool:
                 return
         sandbox.retire()
 
+    def start_reaper(self, interval: float = 30.0) -> None:
+        """Reap idle sandboxes every ``interval`` seconds from a daemon thread, even while no
+        call comes (the thread starts no sandbox, so none depends on it)."""
+        if self._reaper is not None:
+            return
+
+        def loop() -> None:
+            while not self._stopped.wait(interval):
+                self.reap()
+
+        self._reaper = threading.Thread(target=loop, name="warm-sandbox-reaper", daemon=True)
+        self._reaper.start()
+
     def reap(self) -> None:
         """Stop idle sandboxes past their idle time, age or call count."""
         now = time.monotonic()
@@ -652,6 +667,7 @@ class WarmPool:
             return [sandbox for idle in self._idle.values() for sandbox in idle]
 
     def close(self) -> None:
+        self._stopped.set()
         with self._lock:
             for idle in self._idle.values():
                 for sandbox in idle:

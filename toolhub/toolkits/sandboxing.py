@@ -17,6 +17,7 @@ from django.conf import settings
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox.egress import EgressPolicy, ProxyHandle, run_proxy_in_thread
 from toolhub.sandbox.uids import UidPool
+from toolhub.sandbox.warm import WarmPool
 from toolhub.toolkits.models import Revision, Toolkit
 
 logger = logging.getLogger(__name__)
@@ -58,6 +59,33 @@ def runtime_dir() -> Path:
     return sandboxlib.ensure_runtime_copy(runtime_src=RUNTIME_SRC, data_dir=Path(settings.DATA_DIR))
 
 
+_warm: tuple[int, WarmPool] | None = None
+
+
+def warm_pool() -> WarmPool | None:
+    """This worker process's warm sandboxes, or None when TOOLHUB_SANDBOX_WARM is 0.
+
+    One pool per process (made again after a fork): a warm sandbox dies with the thread that
+    started it, and serves the process that holds it alone.
+    """
+    global _warm
+    if settings.TOOLHUB_SANDBOX_WARM <= 0:
+        return None
+    if _warm is None or _warm[0] != os.getpid():
+        pool = WarmPool(
+            size=settings.TOOLHUB_SANDBOX_WARM,
+            idle_timeout=settings.TOOLHUB_SANDBOX_WARM_IDLE_SECONDS,
+            max_calls=settings.TOOLHUB_SANDBOX_WARM_MAX_CALLS,
+            max_age=settings.TOOLHUB_SANDBOX_WARM_MAX_AGE,
+            bwrap=settings.TOOLHUB_BWRAP,
+            sandbox_user=settings.TOOLHUB_SANDBOX_USER,
+            uid_pool=uid_pool(),
+        )
+        pool.start_reaper()
+        _warm = (os.getpid(), pool)
+    return _warm[1]
+
+
 def run(
     *,
     revision: Revision,
@@ -66,7 +94,20 @@ def run(
     on_message: Callable[[dict], dict | None],
     limits_: sandboxlib.Limits | None = None,
     extra_binds: Sequence[tuple[Path, str]] = (),
+    warm: bool = False,
 ) -> sandboxlib.SandboxOutcome:
+    """Run one request in a sandbox. With ``warm`` (tool calls) and no extra binds (no egress
+    grant), on a warm sandbox of this process's pool when warm sandboxes are enabled."""
+    pool = warm_pool() if warm and not extra_binds else None
+    if pool is not None:
+        return pool.run(
+            interpreter_env=env_dir,
+            runtime_dir=runtime_dir(),
+            source_path=source_file(revision),
+            request=request,
+            limits=limits_ or limits(),
+            on_message=on_message,
+        )
     return sandboxlib.run_sandboxed(
         interpreter_env=env_dir,
         runtime_dir=runtime_dir(),
