@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -13,7 +13,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from toolhub.accounts import clients
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.models import DEFAULT_USER_HEADER, ApiToken, ClientCredential
-from toolhub.accounts.roles import is_admin
+from toolhub.accounts.roles import require_admin
 
 
 @never_cache  # The response to the POST holds a secret; no cache may keep it.
@@ -43,10 +43,6 @@ def api_token_revoke(request: AuthenticatedHttpRequest, token_id: int) -> HttpRe
     return redirect("api_tokens")
 
 
-def _admin_only(request: HttpRequest) -> None:
-    if not is_admin(request.user):
-        raise Http404
-
 
 def _optional_int(value: str, field: str) -> int | None:
     value = value.strip()
@@ -62,7 +58,7 @@ def _optional_int(value: str, field: str) -> int | None:
 @require_http_methods(["GET", "POST"])
 def client_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The admins' page of client credentials: one per LLM application."""
-    _admin_only(request)
+    require_admin(request.user)
     new_token = None
     error = None
     if request.method == "POST":
@@ -86,7 +82,7 @@ def client_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def client_revoke(request: AuthenticatedHttpRequest, client_id: int) -> HttpResponse:
-    _admin_only(request)
+    require_admin(request.user)
     credential = ClientCredential.objects.filter(pk=client_id).first()
     if credential is None:
         raise Http404

@@ -2,31 +2,19 @@
 
 from __future__ import annotations
 
-from functools import wraps
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
-from toolhub.accounts.roles import is_admin
+from toolhub.accounts.roles import admin_required
 from toolhub.agents import services
 from toolhub.agents.forms import ModelConnectionForm
 from toolhub.agents.models import ModelConnection
-
-
-def _admin_required(view):
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if not is_admin(request.user):
-            raise Http404
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 def _get_connection(pk: int) -> ModelConnection:
@@ -34,7 +22,7 @@ def _get_connection(pk: int) -> ModelConnection:
 
 
 @login_required
-@_admin_required
+@admin_required
 @require_GET
 def connection_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     connections = ModelConnection.objects.prefetch_related("groups").order_by("name")
@@ -56,7 +44,7 @@ def _save(request: AuthenticatedHttpRequest, form: ModelConnectionForm, connecti
 
 @never_cache
 @login_required
-@_admin_required
+@admin_required
 @require_http_methods(["GET", "POST"])
 def connection_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = ModelConnectionForm(request.POST or None)
@@ -70,7 +58,7 @@ def connection_new(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 @never_cache
 @login_required
-@_admin_required
+@admin_required
 @require_http_methods(["GET", "POST"])
 def connection_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     connection = _get_connection(pk)
@@ -84,7 +72,7 @@ def connection_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-@_admin_required
+@admin_required
 @require_POST
 def connection_test(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """Lists the endpoint's models: an HTML fragment for the page's htmx button."""
@@ -100,7 +88,7 @@ def connection_test(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
-@_admin_required
+@admin_required
 @require_POST
 def connection_delete(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     connection = _get_connection(pk)

@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
-from toolhub.accounts.roles import can_manage_toolkit, is_admin
+from toolhub.accounts.roles import can_manage_toolkit, is_admin, require_admin
 from toolhub.runs import services
 from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.runs.selectors import get_invocation_for_user, parse_invocation_id
@@ -342,8 +342,7 @@ def invocation_respond(request: AuthenticatedHttpRequest, invocation_id) -> Http
 @login_required
 @require_http_methods(["GET"])
 def invocation_history(request: AuthenticatedHttpRequest) -> HttpResponse:
-    if not is_admin(request.user):
-        raise Http404
+    require_admin(request.user)
     qs = Invocation.objects.select_related("toolkit", "user", "revision").defer("result", "traceback", "revision__source", "revision__build_log", "revision__lock")
     filters = {
         "toolkit": request.GET.get("toolkit", "").strip(),

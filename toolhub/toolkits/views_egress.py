@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse, HttpResponseBadRequest
+from django.http import HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
-from toolhub.accounts.roles import is_admin
+from toolhub.accounts.roles import require_admin
 from toolhub.toolkits import services
 from toolhub.toolkits.selectors import get_toolkit_for_user
 
@@ -19,8 +19,7 @@ from toolhub.toolkits.selectors import get_toolkit_for_user
 @require_POST
 def toolkit_egress(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
-    if not is_admin(request.user):
-        raise Http404
+    require_admin(request.user)
     action = request.POST.get("action")
     if action not in ("grant", "revoke"):
         # The form always sends one of its two buttons; anything else is a malformed request,

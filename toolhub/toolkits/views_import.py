@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_http_methods
 
-from toolhub.accounts.roles import is_admin
+from toolhub.accounts.roles import require_admin
 from toolhub.toolkits.bulk import LOADED, MAX_EXPORT_BYTES, REFUSED, ExportInvalid, import_export
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def toolkit_import(request: HttpRequest) -> HttpResponse:
-    if not is_admin(request.user):
-        raise Http404
+    require_admin(request.user)
     ctx: dict = {}
     if request.method == "POST":
         upload = request.FILES.get("file")

@@ -1,20 +1,18 @@
 from __future__ import annotations
 
-from functools import wraps
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Count, Prefetch
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
-from toolhub.accounts.roles import can_manage_toolkit, is_admin
+from toolhub.accounts.roles import admin_required, can_manage_toolkit
 from toolhub.packages import services
 from toolhub.packages.models import Approval, Decision, Package, PackageRequest
 from toolhub.toolkits import lifecycle
@@ -27,26 +25,10 @@ QUEUE_PAGE = 50
 QUEUE_REQUESTS = 20
 
 
-def _admin_only(request: HttpRequest) -> None:
-    # Non-admins are told nothing exists here.
-    if not is_admin(request.user):
-        raise Http404
-
-
-def _admin_required(view):
-    """404 for non-admins before anything else is checked, so that even the allowed
-    methods of the queue's endpoints are not revealed to them."""
-
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        _admin_only(request)
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 @login_required
-@_admin_required
+@admin_required
 @require_GET
 def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     status = request.GET.get("status", Approval.PENDING)
@@ -85,7 +67,7 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 
 @login_required
-@_admin_required
+@admin_required
 @require_POST
 def package_decide(request: AuthenticatedHttpRequest) -> HttpResponse:
     # Keep the order the admin saw, without repeats.
