@@ -6,7 +6,9 @@ process and one real Celery worker.
 
     .venv/bin/python bench/serve.py [--runs N] [--port P]
 
-Rows: p50 and p95 over N calls after two warm-up calls, and each p50's ratio to (and
+The paths are called round robin (one call of each per round) so that the shared machine's
+changing load weighs on every row alike. Rows: p50 and p95 over N rounds after two warm-up
+rounds, and each p50's ratio to (and
 difference from) the direct API call's. Scratch setup as in bench/invoke.py (a fresh data
 directory and database; `REDIS_URL` for Redis, else the filesystem broker). Needs root,
 bubblewrap and the sandbox users, like the worker."""
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -69,41 +72,47 @@ def _check(ok: bool, what: str) -> None:
         raise SystemExit(f"the {what} call did not succeed")
 
 
-def http_rows(url: str, token: str, slug: str, runs: int) -> list[tuple[str, list[float]]]:
-    import httpx2
-
-    headers = {"Authorization": f"Bearer {token}"}
-    rows = []
-    with httpx2.Client(headers=headers, timeout=60) as http:
-        def api() -> None:
-            response = http.post(f"{url}/api/v1/toolkits/{slug}/tools/echo/invoke", json={"arguments": base.ARGUMENTS, "wait": True})
-            _check(response.status_code == 200 and response.json()["status"] == "succeeded", "API")
-
-        def openapi() -> None:
-            response = http.post(f"{url}/openapi/{slug}/echo", json=base.ARGUMENTS)
-            _check(response.status_code == 200 and response.json() == base.ARGUMENTS["text"], "OpenAPI")
-
-        rows.append(("API: POST .../invoke, wait", base._measure(api, runs)))
-        rows.append(("OpenAPI: POST /openapi/{slug}/echo", base._measure(openapi, runs)))
-    return rows
-
-
-async def _mcp_times(url: str, token: str, mode: str, runs: int) -> list[float]:
+async def measure(url: str, token: str, slug: str, runs: int) -> list[tuple[str, list[float]]]:
+    """Round robin: each round calls every path once, so a change in the machine's load (it
+    is shared) weighs on all rows alike."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
-    async with http, Client(streamable_http_client(url, http_client=http), mode=mode) as client:
-        times = []
-        for i in range(runs + 2):
-            started = time.perf_counter()
-            result = await client.call_tool("echo", base.ARGUMENTS)
-            elapsed = time.perf_counter() - started
-            _check(not result.is_error and result.content[0].text == base.ARGUMENTS["text"], "MCP")
-            if i >= 2:
-                times.append(elapsed)
-        return times
+    headers = {"Authorization": f"Bearer {token}"}
+    text = base.ARGUMENTS["text"]
+    async with contextlib.AsyncExitStack() as stack:
+        http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=60))
+        sessions = {}
+        for mode in ("legacy", "2026-07-28"):
+            mcp_http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=60))
+            sessions[mode] = await stack.enter_async_context(
+                Client(streamable_http_client(f"{url}/mcp/{slug}", http_client=mcp_http), mode=mode))
+
+        async def api() -> None:
+            response = await http.post(f"{url}/api/v1/toolkits/{slug}/tools/echo/invoke", json={"arguments": base.ARGUMENTS, "wait": True})
+            _check(response.status_code == 200 and response.json()["status"] == "succeeded", "API")
+
+        async def openapi() -> None:
+            response = await http.post(f"{url}/openapi/{slug}/echo", json=base.ARGUMENTS)
+            _check(response.status_code == 200 and response.json() == text, "OpenAPI")
+
+        def mcp_call(mode: str):
+            async def call() -> None:
+                result = await sessions[mode].call_tool("echo", base.ARGUMENTS)
+                _check(not result.is_error and result.content[0].text == text, "MCP")
+            return call
+
+        paths = [("API: POST .../invoke, wait", api), ("OpenAPI: POST /openapi/{slug}/echo", openapi),
+                 ("MCP tools/call (2025 session)", mcp_call("legacy")), ("MCP tools/call (2026-07-28)", mcp_call("2026-07-28"))]
+        times: dict[str, list[float]] = {name: [] for name, _call in paths}
+        for round_ in range(runs + 2):
+            for name, call in paths:
+                started = time.perf_counter()
+                await call()
+                if round_ >= 2:
+                    times[name].append(time.perf_counter() - started)
+        return [(name, times[name]) for name, _call in paths]
 
 
 def main() -> None:
@@ -132,9 +141,7 @@ def main() -> None:
         server = Server(scratch, args.port)
         _token, raw = ApiToken.issue(user=user, name="bench")
 
-        rows = http_rows(server.url, raw, toolkit.slug, args.runs)
-        rows.append(("MCP tools/call (2025 session)", asyncio.run(_mcp_times(f"{server.url}/mcp/{toolkit.slug}", raw, "legacy", args.runs))))
-        rows.append(("MCP tools/call (2026-07-28)", asyncio.run(_mcp_times(f"{server.url}/mcp/{toolkit.slug}", raw, "2026-07-28", args.runs))))
+        rows = asyncio.run(measure(server.url, raw, toolkit.slug, args.runs))
 
         baseline = base._percentile(rows[0][1], 0.5)
         print(f"\n{args.runs} calls per row, over HTTP to one uvicorn process, one worker (concurrency 1)\n")

@@ -180,3 +180,31 @@ def test_client_limits_are_set_and_shown_by_the_api(client, admin, bearer):
     assert (created["calls_per_minute"], created["user_calls_per_minute"]) == (100, 10)
     bad = client.post("/api/v1/clients", json.dumps({"name": "Bad", "calls_per_minute": -1}), content_type="application/json", **headers)
     assert bad.status_code == 400 and bad.json()["errors"][0]["field"] == "calls_per_minute"
+
+
+# THE CONNECT TAB
+# ------------------------------------------------------------------------------
+
+
+def test_the_connect_tab_shows_the_urls_with_copy_buttons(client, alice, carol, upload):
+    _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    client.force_login(carol)
+    response = client.get("/toolkits/echo/connect/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    for url in ("http://testserver/mcp/echo", "http://testserver/mcp", "http://testserver/openapi/echo"):
+        assert f">{url}</code>" in body
+    assert 'data-copy="c-mcp"' in body and "/static/js/connect.js" in body
+    assert 'X-User-Email: "{{LIBRECHAT_USER_EMAIL}}"' in body
+    assert "<code>echo</code>" in body
+
+
+def test_the_connect_tab_follows_access(client, alice, carol, upload):
+    toolkit = _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    access.toolkit_set_access(toolkit=toolkit, use=Use.ADMINS, groups=[], users=[], by=alice)
+    client.force_login(carol)
+    assert client.get("/toolkits/echo/connect/").status_code == 404
+    client.logout()
+    assert client.get("/toolkits/echo/connect/").status_code == 302
+    client.force_login(alice)
+    assert client.post("/toolkits/echo/connect/").status_code == 405

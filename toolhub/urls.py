@@ -9,6 +9,7 @@ from toolhub.agents import views as agents
 from toolhub.api.api import api
 from toolhub.runs import views as runs
 from toolhub.serving import openapi
+from toolhub.serving import views as serving_views
 from toolhub.toolkits import views as toolkits
 from toolhub.toolkits import views_access as toolkit_access
 from toolhub.toolkits import views_egress as toolkit_egress
@@ -59,6 +60,7 @@ urlpatterns = [
     path("models/<int:pk>/test/", agents.connection_test, name="model_connection_test"),
     path("models/<int:pk>/delete/", agents.connection_delete, name="model_connection_delete"),
     path("api/v1/", api.urls),
+    path("toolkits/<slug:slug>/connect/", serving_views.toolkit_connect, name="toolkit_connect"),
     path("openapi/openapi.json", openapi.openapi_document, name="openapi_all"),
     path("openapi/<slug:slug>/openapi.json", openapi.openapi_document, name="openapi_toolkit"),
     path("openapi/<slug:slug>/<str:name>", openapi.openapi_call, name="openapi_toolkit_call"),
