@@ -12,12 +12,20 @@ baseline's):
   without a sandbox).
 - cold sandbox: `toolhub.sandbox.launcher.run_sandboxed` with the real runtime, a new bubblewrap
   sandbox per call, as the worker starts one per invocation.
-- end to end: `POST /api/v1/toolkits/{slug}/tools/echo/invoke` with `"wait": true`, through
-  Django's test client in this process, the broker, a real Celery worker process and the
-  sandbox; it includes the server's polling of the database while it waits.
+- bare interpreter: `python3.11 -I -S -c pass` as a subprocess, the floor of any process start.
+- fork-server floor: a warm sandbox (`toolhub.sandbox.warm`) answering a request the runtime
+  refuses at once (no toolkit is loaded): a fork, the call's pipes, one line each way and the
+  clean-up after the call, inside bubblewrap with pydantic imported.
+- warm sandbox: the same trivial tool call on a warm sandbox (`WarmPool.run`).
+- end to end, cold and warm: `POST /api/v1/toolkits/{slug}/tools/echo/invoke` with
+  `"wait": true`, through Django's test client in this process, the broker, a real Celery
+  worker process (with `TOOLHUB_SANDBOX_WARM=0` and `=1`) and the sandbox; it includes the
+  server's polling of the database while it waits.
 
 Then invocations per second: N calls submitted with `"wait": false`, timed until the last one
-has finished, with one worker process of concurrency 1 and of concurrency 2.
+has finished, with one worker process of concurrency 1 and of concurrency 2, cold and warm; and
+the memory one idle warm sandbox costs (PSS of bubblewrap and the fork server, and the
+sandbox's memory cgroup usage).
 
 Everything is scratch: a fresh data directory under /tmp (its environment is built from the
 offline wheelhouse, `.data/wheelhouse`), a fresh SQLite database migrated here, and, without
@@ -150,13 +158,14 @@ class Scratch:
 class Worker:
     """A real Celery worker process on the scratch database and data directory."""
 
-    def __init__(self, scratch: Scratch, concurrency: int) -> None:
+    def __init__(self, scratch: Scratch, concurrency: int, *, warm: bool = False) -> None:
         self.log = scratch.dir / f"worker-{uuid.uuid4().hex[:6]}.log"
+        env = dict(os.environ, TOOLHUB_SANDBOX_WARM="1" if warm else "0")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", "sandbox,builds,celery",
-             "-c", str(concurrency), "-l", "info", "-n", f"bench-{os.getpid()}-{concurrency}@%h",
+             "-c", str(concurrency), "-l", "info", "-n", f"bench-{os.getpid()}-{concurrency}-{int(warm)}@%h",
              "--without-heartbeat", "--without-gossip", "--without-mingle"],
-            cwd=REPO, env=dict(os.environ), stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+            cwd=REPO, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         deadline = time.monotonic() + 60
@@ -247,6 +256,71 @@ def cold_sandbox(toolkit, runs: int) -> list[float]:
     return _measure(once, runs)
 
 
+def bare_python(runs: int) -> list[float]:
+    return _measure(lambda: subprocess.run(["/usr/bin/python3.11", "-I", "-S", "-c", "pass"], check=True), runs)
+
+
+def warm_sandbox(toolkit, runs: int) -> tuple[list[float], list[float], dict[str, int]]:
+    """The warm call, the fork-server floor and the memory of one idle warm sandbox."""
+    from toolhub.sandbox import launcher as sandboxlib
+    from toolhub.sandbox.warm import WarmPool
+    from toolhub.toolkits import sandboxing as sandbox
+    from toolhub.toolkits.building import revision_environment
+
+    revision = toolkit.current_revision
+    env_dir = revision_environment(revision)
+    runtime_dir = sandbox.runtime_dir()
+    source_path = sandbox.source_file(revision)
+    request = {
+        "op": "invoke", "source_path": sandboxlib.SANDBOX_SOURCE_PATH, "tool": "echo", "arguments": ARGUMENTS,
+        "valves": None, "user_valves": None, "user": {"id": "1", "name": "bench", "email": "", "role": "admin"},
+        "metadata": {}, "messages": [], "files": [], "model": None, "id": "bench_echo", "call_timeout": 5,
+    }
+    limits = sandbox.limits()
+    pool = WarmPool(size=1, uid_pool=sandbox.uid_pool(), max_calls=10_000, max_age=3600)
+    try:
+        def call() -> None:
+            outcome = pool.run(interpreter_env=env_dir, runtime_dir=runtime_dir, source_path=source_path,
+                               request=request, limits=limits, on_message=lambda message: None)
+            if (outcome.final or {}).get("result") != ARGUMENTS["text"]:
+                raise SystemExit(f"the warm call failed: {outcome}")
+
+        warm = _measure(call, runs)
+        (only,) = pool.idle()
+        source = source_path.read_bytes()
+
+        def floor() -> None:
+            outcome = only.call(source=source, request={"op": "floor", "source_path": "-"}, limits=limits,
+                                on_message=lambda message: None)
+            if (outcome.final or {}).get("kind") != "error":
+                raise SystemExit(f"the floor call failed: {outcome}")
+
+        floor_times = _measure(floor, runs)
+        memory = _warm_memory(only)
+    finally:
+        pool.close()
+    return warm, floor_times, memory
+
+
+def _warm_memory(sandbox) -> dict[str, int]:
+    pids = [sandbox.process.pid]
+    children = Path(f"/proc/{sandbox.process.pid}/task/{sandbox.process.pid}/children").read_text().split()
+    pids += [int(child) for child in children]
+    pss = rss = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name == "Pss":
+                pss += int(value.split()[0])
+            elif name == "Rss":
+                rss += int(value.split()[0])
+    memory = {"pss_kb": pss, "rss_kb": rss}
+    group = sandbox._memory.dirs.get("memory")
+    if group is not None:
+        memory["cgroup_kb"] = int((group / "memory.usage_in_bytes").read_text()) >> 10
+    return memory
+
+
 def end_to_end(client, headers: dict, toolkit, runs: int) -> list[float]:
     url = f"/api/v1/toolkits/{toolkit.slug}/tools/echo/invoke"
     body = json.dumps({"arguments": ARGUMENTS, "wait": True})
@@ -323,32 +397,50 @@ def main() -> None:
         rows: list[tuple[str, list[float]]] = []
         warm, cold = in_process(source_path, args.baseline_runs)
         rows += [("in-process call (unsafe baseline)", warm), ("in-process import + call", cold)]
+        rows.append(("bare python3.11 -I -S -c pass", bare_python(args.runs)))
         rows.append(("cold sandbox (run_sandboxed + runtime)", cold_sandbox(toolkit, args.runs)))
+        warm_times, floor_times, memory = warm_sandbox(toolkit, args.runs)
+        rows += [("fork-server floor (warm, no toolkit)", floor_times), ("warm sandbox (WarmPool.run + runtime)", warm_times)]
 
         client = Client()
         _token, raw = ApiToken.issue(user=user, name="bench")
         headers = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
-        workers.append(Worker(scratch, concurrency=1))
-        rows.append(("end to end: API, broker, worker, sandbox", end_to_end(client, headers, toolkit, args.runs)))
-        rate_1 = throughput(client, headers, toolkit, args.throughput)
-        workers.pop().stop()
-        workers.append(Worker(scratch, concurrency=2))
-        throughput(client, headers, toolkit, 4)  # warm-up: both worker processes start a sandbox
-        rate_2 = throughput(client, headers, toolkit, args.throughput)
-        workers.pop().stop()
+        rates: list[tuple[str, float]] = []
+        for warm_worker in (False, True):
+            kind = "warm" if warm_worker else "cold"
+            workers.append(Worker(scratch, concurrency=1, warm=warm_worker))
+            rows.append((f"end to end, {kind}: API, broker, worker, sandbox", end_to_end(client, headers, toolkit, args.runs)))
+            rates.append((f"invocations/s, {kind}, 1 worker, concurrency 1", throughput(client, headers, toolkit, args.throughput)))
+            workers.pop().stop()
+            workers.append(Worker(scratch, concurrency=2, warm=warm_worker))
+            throughput(client, headers, toolkit, 4)  # warm-up: both worker processes start a sandbox
+            rates.append((f"invocations/s, {kind}, 1 worker, concurrency 2", throughput(client, headers, toolkit, args.throughput)))
+            workers.pop().stop()
 
         baseline = statistics.median(warm)
+        medians = {name: statistics.median(times) for name, times in rows}
         print()
-        print(f"{'what':<44} {'runs':>5} {'p50 ms':>10} {'p95 ms':>10} {'p50 ÷ baseline':>15}")
-        print("-" * 88)
+        print(f"{'what':<50} {'runs':>5} {'p50 ms':>10} {'p95 ms':>10} {'p50 ÷ baseline':>15}")
+        print("-" * 94)
         for name, times in rows:
             p50 = statistics.median(times)
             p95 = _percentile(times, 0.95)
-            print(f"{name:<44} {len(times):>5} {p50 * 1000:>10.4g} {p95 * 1000:>10.4g} {p50 / baseline:>15,.0f}")
-        print("-" * 88)
-        print(f"{'invocations/s, 1 worker, concurrency 1':<44} {args.throughput:>5} {rate_1:>10.2f}")
-        print(f"{'invocations/s, 1 worker, concurrency 2':<44} {args.throughput:>5} {rate_2:>10.2f}"
-              f"   ({rate_2 / rate_1:.2f}× concurrency 1, {os.cpu_count()} CPUs)")
+            print(f"{name:<50} {len(times):>5} {p50 * 1000:>10.4g} {p95 * 1000:>10.4g} {p50 / baseline:>15,.0f}")
+        print("-" * 94)
+        for name, rate in rates:
+            print(f"{name:<50} {args.throughput:>5} {rate:>10.2f}")
+        print("-" * 94)
+        floor = medians["fork-server floor (warm, no toolkit)"]
+        bare = medians["bare python3.11 -I -S -c pass"]
+        warm_call = medians["warm sandbox (WarmPool.run + runtime)"]
+        cold_call = medians["cold sandbox (run_sandboxed + runtime)"]
+        e2e_warm = medians["end to end, warm: API, broker, worker, sandbox"]
+        best_rate = max(rate for _name, rate in rates)
+        print(f"warm call ÷ fork-server floor: {warm_call / floor:.2f}  (target ≤ 3)")
+        print(f"end to end warm p50 ÷ bare python start: {e2e_warm / bare:.2f}  (target ≤ 2)")
+        print(f"best invocations/s: {best_rate:.1f}  (target ≥ 100)")
+        print(f"cold call ÷ warm call: {cold_call / warm_call:.1f}")
+        print("one idle warm sandbox: " + ", ".join(f"{name} {value / 1024:.1f} MiB" for name, value in memory.items()))
     finally:
         for worker in workers:
             worker.stop()
