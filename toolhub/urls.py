@@ -54,6 +54,7 @@ urlpatterns = [
     path("history/", runs.invocation_history, name="invocation_history"),
     path("packages/", packages.package_queue, name="package_queue"),
     path("packages/decide/", packages.package_decide, name="package_decide"),
+    path("packages/remap/", packages.package_remap, name="package_remap"),
     path("models/", agents.connection_list, name="model_connection_list"),
     path("models/new/", agents.connection_new, name="model_connection_new"),
     path("models/<int:pk>/", agents.connection_edit, name="model_connection_edit"),

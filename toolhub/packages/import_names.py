@@ -9,6 +9,7 @@ not in it is taken as its own distribution name (`import requests` → `requests
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 from packaging.utils import canonicalize_name
 
@@ -79,6 +80,9 @@ def needs_distribution(module: str, *, kind: str = "openwebui") -> bool:
     return not (kind == "ragflow" and module == "agent")
 
 
-def distribution_for(module: str) -> str:
-    """The canonical distribution name for a top-level import name."""
+def distribution_for(module: str, overrides: Mapping[str, str] | None = None) -> str:
+    """The canonical distribution name for a top-level import name; `overrides` (an admin's
+    mappings) win over the table."""
+    if overrides and module in overrides:
+        return canonicalize_name(overrides[module])
     return canonicalize_name(DISTRIBUTIONS.get(module, module))

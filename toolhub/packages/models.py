@@ -50,6 +50,22 @@ class PackageRequest(models.Model):
         ]
 
 
+class ImportMapping(models.Model):
+    """An admin's answer to "which distribution provides `import <module>`?", remembered for
+    every toolkit: it wins over the maintained table (toolhub/packages/import_names.py)."""
+
+    module = models.CharField(max_length=200, unique=True)
+    distribution = models.CharField(max_length=200)
+    set_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    set_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["module"]
+
+    def __str__(self) -> str:
+        return f"{self.module} -> {self.distribution}"
+
+
 class Decision(models.Model):
     package = models.ForeignKey(Package, on_delete=models.CASCADE, related_name="decisions")
     status = models.CharField(max_length=16, choices=Approval.choices)

@@ -4,6 +4,7 @@ this module never imports the toolkits app."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from django.conf import settings
@@ -12,7 +13,7 @@ from django.utils import timezone
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidName, canonicalize_name
 
-from toolhub.packages.models import Approval, Decision, Package, PackageRequest
+from toolhub.packages.models import Approval, Decision, ImportMapping, Package, PackageRequest
 
 # The reason for a rejection is shown to every author who asked; 2,000 characters is plenty.
 MAX_REASON_CHARS = 2000
@@ -100,6 +101,29 @@ def request_decisions(*, revision_id: int) -> tuple[list[tuple[str, str]], list[
     rejected = sorted((n, reason) for n, status, reason in rows if status == Approval.REJECTED)
     pending = sorted(n for n, status, _ in rows if status == Approval.PENDING)
     return rejected, pending
+
+
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def import_mappings() -> dict[str, str]:
+    """The admins' import -> distribution mappings."""
+    return dict(ImportMapping.objects.values_list("module", "distribution"))
+
+
+def mapping_record(*, module: str, distribution: str, user: User) -> str:
+    """Remember that `import <module>` comes from `distribution`; returns its canonical name."""
+    module = module.strip()
+    if not _MODULE.fullmatch(module) or len(module) > 200:
+        raise InvalidPackageName(f"{module[:80]!r} is not a top-level module name.")
+    name = validate_name(distribution)
+    ImportMapping.objects.update_or_create(module=module, defaults={"distribution": name, "set_by": user, "set_at": timezone.now()})
+    return name
+
+
+def forget_unrequested(names: Iterable[str]) -> None:
+    """Drop pending packages that no revision asks for any more (after a remap)."""
+    Package.objects.filter(name__in=list(names), status=Approval.PENDING, requests__isnull=True, decisions__isnull=True).delete()
 
 
 def unapproved_names(names: Iterable[str]) -> set[str]:

@@ -120,6 +120,37 @@ def packages_decide(*, names: Iterable[str], status: str, user: User, constraint
     return decided
 
 
+def import_remap(*, module: str, distribution: str, user: User) -> int:
+    """An admin says `import <module>` comes from `distribution`: remembered for every later
+    upload, and each waiting or rejected revision that inferred another name for that import
+    asks for the new one instead (and is evaluated again). Returns how many did."""
+    with transaction.atomic():
+        name = packages.mapping_record(module=module, distribution=distribution, user=user)
+        asked = PackageRequest.objects.filter(import_name=module).exclude(package__name=name)
+        old_names = set(asked.values_list("package__name", flat=True))
+        waiting = (
+            Revision.objects.select_for_update()
+            .filter(pk__in=asked.values("revision_id"), status__in=[Status.AWAITING_APPROVAL, Status.REJECTED])
+            .order_by("pk")
+        )
+        changed = 0
+        for revision in waiting:
+            requirements, seen = [], set()
+            for requirement in revision.requirements:
+                if (requirement.get("inferred") or {}).get("module") == module:
+                    requirement = {**requirement, "name": name, "text": name}
+                if requirement["name"] not in seen:
+                    seen.add(requirement["name"])
+                    requirements.append(requirement)
+            revision.requirements = requirements
+            revision.save(update_fields=["requirements"])
+            PackageRequest.objects.filter(revision=revision, import_name=module).delete()
+            submit(revision=revision)
+            changed += 1
+        packages.forget_unrequested(old_names)
+    return changed
+
+
 def packages_approve(*, names: Iterable[str], user: User, constraint: str = "") -> list[Package]:
     """Approve packages (an optional constraint applies to each); checks every input before
     changing anything."""

@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from toolhub.packages import services as packages
 from toolhub.sandbox.egress.rules import validate_host_pattern
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits.models import Revision, Toolkit
@@ -112,7 +113,7 @@ def _requirements(parsed: ParsedToolkit) -> list[dict[str, Any]]:
     declared: list[dict[str, Any]] = [{"name": r.name, "specifier": r.specifier, "text": r.text} for r in parsed.requirements]
     inferred: list[dict[str, Any]] = [
         {"name": r.name, "specifier": "", "text": r.name, "inferred": {"module": r.module, "line": r.line}}
-        for r in parsed.inferred_requirements
+        for r in parsed.infer_requirements(packages.import_mappings())
     ]
     return declared + inferred
 

@@ -22,6 +22,7 @@ import hashlib
 import re
 import unicodedata
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -147,14 +148,18 @@ class ParsedToolkit:
 
     @property
     def inferred_requirements(self) -> list[InferredRequirement]:
-        """Each distribution the code imports that `requirements:` does not name. Optional
-        imports (in `try`/`except ImportError`, under `if TYPE_CHECKING:`) ask for nothing."""
+        return self.infer_requirements()
+
+    def infer_requirements(self, mappings: Mapping[str, str] | None = None) -> list[InferredRequirement]:
+        """Each distribution the code imports that `requirements:` does not name (`mappings`:
+        module -> distribution chosen by an admin). Optional imports (in `try`/`except
+        ImportError`, under `if TYPE_CHECKING:`) ask for nothing."""
         declared = {requirement.name for requirement in self.requirements}
         found: dict[str, InferredRequirement] = {}
         for site in self.import_sites:
             if site.optional or not needs_distribution(site.top, kind=self.kind):
                 continue
-            name = distribution_for(site.top)
+            name = distribution_for(site.top, mappings)
             if name not in declared and name not in found:
                 found[name] = InferredRequirement(name, site.top, site.line)
         return list(found.values())

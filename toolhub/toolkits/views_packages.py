@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
@@ -54,6 +55,8 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
         # Set by the annotation and the prefetch above (names the stubs cannot see).
         shown = len(getattr(package, "shown_requests"))  # noqa: B009
         setattr(package, "more_requests", getattr(package, "requested_count") - shown)  # noqa: B009,B010
+    # The imports shown as inferred, each with its own (hidden) remap form.
+    inferred_modules = sorted({r.import_name for package in page for r in getattr(package, "shown_requests") if r.import_name})  # noqa: B009
     decisions = Decision.objects.select_related("package", "decided_by").only(
         "status", "constraint", "reason", "decided_at", "package__name", "decided_by__username"
     )[:50]
@@ -62,6 +65,7 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(
         request, "packages/queue.html",
         {"packages": page, "page": page, "status": status, "decisions": decisions, "statuses": statuses,
+         "inferred_modules": inferred_modules,
          "constraint_max": 200, "reason_max": services.MAX_REASON_CHARS},
     )
 
@@ -91,6 +95,30 @@ def package_decide(request: AuthenticatedHttpRequest) -> HttpResponse:
         return back
     done = _("Rejected: %(names)s") if action == "reject" else _("Approved: %(names)s")
     messages.success(request, done % {"names": ", ".join(names)})
+    return back
+
+
+@login_required
+@_admin_required
+@require_POST
+def package_remap(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Map an inferred import to another distribution name, for every toolkit from now on."""
+    module = request.POST.get("module", "").strip()
+    distribution = request.POST.get("distribution", "").strip()
+    back = redirect(_queue_url(request.POST.get("status")))
+    if not module or not distribution:
+        messages.error(request, _("Name the distribution that provides the import."))
+        return back
+    try:
+        changed = lifecycle.import_remap(module=module, distribution=distribution, user=request.user)
+    except services.InvalidDecision as exc:
+        messages.error(request, str(exc))
+        return back
+    messages.success(request, ngettext(
+        "import %(module)s now means %(name)s; %(n)s waiting revision asks for it instead.",
+        "import %(module)s now means %(name)s; %(n)s waiting revisions ask for it instead.",
+        changed,
+    ) % {"module": module, "name": services.normalise(distribution), "n": changed})
     return back
 
 
