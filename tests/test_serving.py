@@ -208,3 +208,40 @@ def test_the_connect_tab_follows_access(client, alice, carol, upload):
     assert client.get("/toolkits/echo/connect/").status_code == 302
     client.force_login(alice)
     assert client.post("/toolkits/echo/connect/").status_code == 405
+
+
+# THE AUDIT VIEW
+# ------------------------------------------------------------------------------
+
+
+def test_the_audit_counts_calls_by_client_user_toolkit_and_outcome(client, admin, alice, bob, upload, django_assert_max_num_queries):
+    from toolhub.accounts import clients
+
+    toolkit = _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    webui, _token = clients.client_create(name="Open WebUI", acts_for_users=True, by=admin)
+    for _ in range(3):
+        _made(toolkit, alice, client=webui)
+    _made(toolkit, bob, client=webui, surface="mcp").__class__.objects.filter(user=bob).update(status="failed")
+    _made(toolkit, alice, surface="page")  # not a tool-server call
+    _made(toolkit, alice, client=webui, age_seconds=10 * 86400)  # outside the default week
+    client.force_login(admin)
+    with django_assert_max_num_queries(8):
+        body = client.get("/clients/audit/").content.decode()
+    rows = body.split("<tbody>")[1].split("</tbody>")[0].split("<tr>")[1:]
+    assert len(rows) == 2
+    assert "alice" in rows[0] and "Open WebUI" in rows[0] and "Succeeded" in rows[0] and "<td>3</td>" in rows[0]
+    assert "bob" in rows[1] and "Failed" in rows[1] and "MCP" in rows[1]
+    month = client.get("/clients/audit/?days=30").content.decode()
+    assert "<td>4</td>" in month
+    assert "No calls in this period." in client.get("/clients/audit/?client=none").content.decode()
+
+
+def test_the_audit_is_for_admins_only(client, carol):
+    assert client.get("/clients/audit/").status_code == 302
+    client.force_login(carol)
+    assert client.get("/clients/audit/").status_code == 404
+
+
+def test_the_audit_rejects_post(client, admin):
+    client.force_login(admin)
+    assert client.post("/clients/audit/").status_code == 405

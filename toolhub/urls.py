@@ -25,6 +25,7 @@ urlpatterns = [
     path("account/tokens/", accounts.api_tokens, name="api_tokens"),
     path("account/tokens/<int:token_id>/revoke/", accounts.api_token_revoke, name="api_token_revoke"),
     path("clients/", accounts.client_list, name="client_list"),
+    path("clients/audit/", serving_views.serving_audit, name="serving_audit"),
     path("clients/<int:client_id>/revoke/", accounts.client_revoke, name="client_revoke"),
     path("i18n/setlang/", toolkit_i18n.set_language, name="set_language"),
     path("toolkits/", toolkits.toolkit_list, name="toolkit_list"),

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Max
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
-from toolhub.accounts.models import DEFAULT_USER_HEADER
-from toolhub.accounts.roles import is_admin
+from toolhub.accounts.models import DEFAULT_USER_HEADER, ClientCredential
+from toolhub.accounts.roles import admin_required, is_admin
+from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.serving.catalog import catalog
+from toolhub.serving.limits import SERVED_SURFACES
 from toolhub.toolkits.selectors import get_toolkit_for_user
 from toolhub.toolkits.views import detail_context
 
@@ -30,3 +37,39 @@ def toolkit_connect(request: HttpRequest, slug: str) -> HttpResponse:
         can_create_clients=is_admin(request.user),
     )
     return render(request, "serving/connect.html", ctx)
+
+
+AUDIT_PERIODS = {"1": 1, "7": 7, "30": 30}
+AUDIT_ROWS = 200
+
+
+@login_required
+@admin_required
+@require_GET
+def serving_audit(request: HttpRequest) -> HttpResponse:
+    """Calls through MCP and the OpenAPI tool servers, counted by client, user, toolkit and
+    outcome over a period (admins)."""
+    days_key = request.GET.get("days", "7")
+    days = AUDIT_PERIODS.get(days_key, 7)
+    since = timezone.now() - timedelta(days=days)
+    qs = Invocation.objects.filter(surface__in=SERVED_SURFACES, created_at__gte=since)
+    credentials = list(ClientCredential.objects.order_by("name").values_list("pk", "name"))
+    client_id = request.GET.get("client", "")
+    if client_id == "none":
+        qs = qs.filter(client__isnull=True)
+    elif client_id.isdigit():
+        qs = qs.filter(client_id=int(client_id))
+    rows = list(
+        qs.values("client__name", "user__username", "toolkit__slug", "surface", "status")
+        .annotate(calls=Count("id"), last=Max("created_at"))
+        .order_by("-calls", "client__name", "user__username", "toolkit__slug")[:AUDIT_ROWS]
+    )
+    statuses, surfaces = dict(RunStatus.choices), dict(Surface.choices)
+    for row in rows:
+        row["status_label"] = statuses.get(row["status"], row["status"])
+        row["surface_label"] = surfaces.get(row["surface"], row["surface"])
+    return render(request, "serving/audit.html", {
+        "rows": rows, "days": str(days),
+        "periods": [("1", _("last 24 hours")), ("7", _("last 7 days")), ("30", _("last 30 days"))], "credentials": credentials,
+        "client_id": client_id, "total": sum(r["calls"] for r in rows), "limit": AUDIT_ROWS,
+    })
