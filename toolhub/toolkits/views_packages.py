@@ -99,7 +99,7 @@ def package_decide(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 
 @login_required
-@_admin_required
+@admin_required
 @require_POST
 def package_remap(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Map an inferred import to another distribution name, for every toolkit from now on."""
