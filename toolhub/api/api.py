@@ -8,7 +8,6 @@ import logging
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db.models import Count, Prefetch
 from django.http import Http404, HttpRequest, HttpResponseNotAllowed, JsonResponse
 from django.urls import re_path
 from django.utils import translation
@@ -34,8 +33,9 @@ from toolhub.api.serializers import (
     toolkit_out,
     toolkit_summary,
 )
+from toolhub.packages import selectors as package_selectors
 from toolhub.packages import services as package_services
-from toolhub.packages.models import Package, PackageRequest
+from toolhub.packages.models import Package
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation
 from toolhub.runs.selectors import get_invocation_for_user
@@ -351,22 +351,8 @@ REQUESTED_BY_MAX = 50
 PACKAGE_NAME_MAX = 200
 
 
-def _with_requests(qs):
-    # Only the columns shown: a revision's source, lock and build log stay in the database.
-    requests = (
-        PackageRequest.objects.select_related("revision__toolkit")
-        .only("package_id", "specifier", "revision__number", "revision__toolkit__slug")
-        .order_by("revision__toolkit__slug", "revision__number")
-    )
-    return (
-        qs.select_related("reviewed_by").order_by("name")
-        .annotate(requested_count=Count("requests"))
-        .prefetch_related(Prefetch("requests", queryset=requests[:REQUESTED_BY_MAX], to_attr="shown_requests"))
-    )
-
-
 def _package(package: Package) -> dict:
-    return package_out(_with_requests(Package.objects.filter(pk=package.pk)).get())
+    return package_out(package_selectors.packages_with_requests(requests_shown=REQUESTED_BY_MAX).get(pk=package.pk))
 
 
 @api.get("/packages", response={200: s.PackageList, **ERRORS}, tags=["packages"])
@@ -377,11 +363,9 @@ def list_packages(
     offset: int = Query(0, ge=0, le=2**31 - 1),
 ):
     _admin(request)
-    qs = Package.objects.all()
-    if status:
-        qs = qs.filter(status=status)
+    qs = package_selectors.packages_with_requests(status=status or None, requests_shown=REQUESTED_BY_MAX)
     count = qs.count()
-    page = list(_with_requests(qs)[offset:offset + limit])
+    page = list(qs[offset:offset + limit])
     following = offset + limit if offset + limit < count else None
     return {"items": [package_out(p) for p in page], "count": count, "next_offset": following}
 

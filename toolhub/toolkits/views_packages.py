@@ -4,7 +4,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Count, Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -14,8 +13,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import admin_required, can_manage_toolkit
+from toolhub.packages import selectors as package_selectors
 from toolhub.packages import services
-from toolhub.packages.models import Approval, Decision, Package, PackageRequest
+from toolhub.packages.models import Approval
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
@@ -35,21 +35,7 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     status = request.GET.get("status", Approval.PENDING)
     if status not in Approval.values:
         status = Approval.PENDING
-    # Only the columns shown: a revision's source, lock and build log stay in the database,
-    # and each package lists its first requests only (with their count).
-    requests = (
-        PackageRequest.objects.select_related("revision__toolkit")
-        .only("package_id", "specifier", "transitive", "import_name", "import_line", "revision__number", "revision__toolkit__slug")
-        .order_by("revision__toolkit__slug", "revision__number")
-    )
-    packages = (
-        Package.objects.filter(status=status)
-        .select_related("reviewed_by")
-        .only("name", "status", "constraint", "reason", "reviewed_at", "reviewed_by__username")
-        .annotate(requested_count=Count("requests"))
-        .prefetch_related(Prefetch("requests", queryset=requests[:QUEUE_REQUESTS], to_attr="shown_requests"))
-        .order_by("name")
-    )
+    packages = package_selectors.packages_with_requests(status=status, requests_shown=QUEUE_REQUESTS)
     page = Paginator(packages, QUEUE_PAGE).get_page(request.GET.get("page"))
     for package in page:
         # Set by the annotation and the prefetch above (names the stubs cannot see).
@@ -57,11 +43,9 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
         setattr(package, "more_requests", getattr(package, "requested_count") - shown)  # noqa: B009,B010
     # The imports shown as inferred, each with its own (hidden) remap form.
     inferred_modules = sorted({r.import_name for package in page for r in getattr(package, "shown_requests") if r.import_name})  # noqa: B009
-    decisions = Decision.objects.select_related("package", "decided_by").only(
-        "status", "constraint", "reason", "decided_at", "package__name", "decided_by__username"
-    )[:50]
-    counts = dict(Package.objects.values_list("status").annotate(n=Count("pk")))
-    statuses = [(value, label, counts.get(value, 0)) for value, label in Approval.choices]
+    decisions = package_selectors.decisions_recent(limit=50)
+    counts = package_selectors.package_counts()
+    statuses = [(value, label, counts[value]) for value, label in Approval.choices]
     return render(
         request, "packages/queue.html",
         {"packages": page, "page": page, "status": status, "decisions": decisions, "statuses": statuses,

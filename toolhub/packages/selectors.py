@@ -1,0 +1,40 @@
+"""Reads of package approvals for the queue page and the packages API: only the columns they
+show (a revision's source, lock and build log stay in the database), each package with the
+first of its requests and how many there are."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Prefetch, QuerySet
+
+from toolhub.packages.models import Approval, Decision, Package, PackageRequest
+
+
+def packages_with_requests(*, status: str | None = None, requests_shown: int) -> QuerySet[Package]:
+    """Packages by name, annotated with `requested_count`; the first `requests_shown` of
+    their requests are in `shown_requests`."""
+    requests = (
+        PackageRequest.objects.select_related("revision__toolkit")
+        .only("package_id", "specifier", "transitive", "import_name", "import_line",
+              "revision__number", "revision__toolkit__slug")
+        .order_by("revision__toolkit__slug", "revision__number")
+    )
+    packages = Package.objects.all() if status is None else Package.objects.filter(status=status)
+    return (
+        packages.select_related("reviewed_by")
+        .only("name", "status", "constraint", "reason", "reviewed_at", "reviewed_by__username")
+        .annotate(requested_count=Count("requests"))
+        .prefetch_related(Prefetch("requests", queryset=requests[:requests_shown], to_attr="shown_requests"))
+        .order_by("name")
+    )
+
+
+def package_counts() -> dict[str, int]:
+    """How many packages are in each approval state (every state present)."""
+    counts = dict(Package.objects.values_list("status").annotate(n=Count("pk")))
+    return {value: counts.get(value, 0) for value in Approval.values}
+
+
+def decisions_recent(*, limit: int = 50) -> QuerySet[Decision]:
+    return Decision.objects.select_related("package", "decided_by").only(
+        "status", "constraint", "reason", "decided_at", "package__name", "decided_by__username"
+    )[:limit]
