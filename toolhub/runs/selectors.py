@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import uuid
 
+from django.db.models import QuerySet
 from django.http import Http404
 
 from toolhub.accounts.roles import is_admin
-from toolhub.runs.models import Invocation
+from toolhub.runs.models import Invocation, RunStatus
 
 
 def parse_invocation_id(value) -> uuid.UUID | None:
@@ -27,3 +28,30 @@ def get_invocation_for_user(*, user, invocation_id) -> Invocation:
     if invocation is None or not (is_admin(user) or invocation.user_id == user.pk):
         raise Http404
     return invocation
+
+
+def invocations_recent(*, user, toolkit, limit: int = 10) -> QuerySet[Invocation]:
+    """A toolkit's latest runs on its Tools tab: everyone's for admins, else the user's own.
+    Each row shows its toolkit and user, so both are joined."""
+    qs = Invocation.objects.filter(toolkit=toolkit).select_related("user", "toolkit").defer("result", "traceback")
+    if not is_admin(user):
+        qs = qs.filter(user=user)
+    return qs[:limit]
+
+
+def invocations_history(*, toolkit: str = "", user: str = "", status: str = "", tool: str = "") -> QuerySet[Invocation]:
+    """Every invocation for the admins' history page, newest first, filtered by toolkit slug,
+    username, status and tool name (an empty filter, or an unknown status, filters nothing).
+    Rows never load results, tracebacks or the revision's source, lock and build log."""
+    qs = Invocation.objects.select_related("toolkit", "user", "revision").defer(
+        "result", "traceback", "revision__source", "revision__build_log", "revision__lock"
+    )
+    if toolkit:
+        qs = qs.filter(toolkit__slug=toolkit)
+    if user:
+        qs = qs.filter(user__username=user)
+    if status in RunStatus.values:
+        qs = qs.filter(status=status)
+    if tool:
+        qs = qs.filter(tool=tool)
+    return qs

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import can_manage_toolkit, is_admin, require_admin
-from toolhub.runs import services
+from toolhub.runs import selectors, services
 from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.runs.selectors import get_invocation_for_user, parse_invocation_id
 from toolhub.toolkits import schema_forms
@@ -118,11 +118,7 @@ def toolkit_tools(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
 
 
 def _recent(request, toolkit):
-    # The table shows each row's toolkit and user: both joined, or every row costs queries.
-    qs = Invocation.objects.filter(toolkit=toolkit).select_related("user", "toolkit").defer("result", "traceback")
-    if not is_admin(request.user):
-        qs = qs.filter(user=request.user)
-    return qs[:10]
+    return selectors.invocations_recent(user=request.user, toolkit=toolkit)
 
 
 @login_required
@@ -343,20 +339,12 @@ def invocation_respond(request: AuthenticatedHttpRequest, invocation_id) -> Http
 @require_http_methods(["GET"])
 def invocation_history(request: AuthenticatedHttpRequest) -> HttpResponse:
     require_admin(request.user)
-    qs = Invocation.objects.select_related("toolkit", "user", "revision").defer("result", "traceback", "revision__source", "revision__build_log", "revision__lock")
     filters = {
         "toolkit": request.GET.get("toolkit", "").strip(),
         "user": request.GET.get("user", "").strip(),
         "status": request.GET.get("status", "").strip(),
         "tool": request.GET.get("tool", "").strip(),
     }
-    if filters["toolkit"]:
-        qs = qs.filter(toolkit__slug=filters["toolkit"])
-    if filters["user"]:
-        qs = qs.filter(user__username=filters["user"])
-    if filters["status"] in RunStatus.values:
-        qs = qs.filter(status=filters["status"])
-    if filters["tool"]:
-        qs = qs.filter(tool=filters["tool"])
+    qs = selectors.invocations_history(**filters)
     page = Paginator(qs, HISTORY_PAGE).get_page(request.GET.get("page"))
     return render(request, "runs/history.html", {"page": page, "filters": filters, "statuses": RunStatus.choices})
