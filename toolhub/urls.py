@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 from toolhub.accounts import login as accounts_login
 from toolhub.accounts import views as accounts
 from toolhub.agents import views as agents
+from toolhub.agents import views_runs as agent_runs
 from toolhub.api.api import api
 from toolhub.runs import views as runs
 from toolhub.serving import openapi
@@ -56,6 +57,10 @@ urlpatterns = [
     path("packages/", packages.package_queue, name="package_queue"),
     path("packages/decide/", packages.package_decide, name="package_decide"),
     path("packages/remap/", packages.package_remap, name="package_remap"),
+    path("agent/", agent_runs.agent_new, name="agent_new"),
+    path("agent/runs/", agent_runs.agent_run_list, name="agent_run_list"),
+    path("agent/runs/<uuid:run_id>/", agent_runs.agent_run_detail, name="agent_run_detail"),
+    path("agent/runs/<uuid:run_id>/live/", agent_runs.agent_run_live, name="agent_run_live"),
     path("models/", agents.connection_list, name="model_connection_list"),
     path("models/new/", agents.connection_new, name="model_connection_new"),
     path("models/<int:pk>/", agents.connection_edit, name="model_connection_edit"),
