@@ -7,11 +7,12 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 from markdown_it import MarkdownIt
 
+from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.agents import selectors, services
 from toolhub.agents.models import AgentRun
 from toolhub.toolkits import access
@@ -21,7 +22,7 @@ from toolhub.toolkits.models import Status
 _MARKDOWN = MarkdownIt("js-default")
 
 
-def _choices(request: HttpRequest) -> dict[str, Any]:
+def _choices(request: AuthenticatedHttpRequest) -> dict[str, Any]:
     connections = services.usable_connections(user=request.user)
     kits = (
         access.toolkits_usable_by(request.user)
@@ -44,7 +45,7 @@ def _choices(request: HttpRequest) -> dict[str, Any]:
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def agent_new(request: HttpRequest) -> HttpResponse:
+def agent_new(request: AuthenticatedHttpRequest) -> HttpResponse:
     errors: list[tuple[str, str | None]] = []
     values: dict[str, Any] = {
         "model": "", "strategy": "function_calling", "max_iterations": 5, "query": "",
@@ -84,20 +85,20 @@ def _live_context(run: AgentRun) -> dict[str, Any]:
 
 @login_required
 @require_GET
-def agent_run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+def agent_run_detail(request: AuthenticatedHttpRequest, run_id: str) -> HttpResponse:
     run = selectors.get_agent_run_for_user(user=request.user, run_id=run_id)
     return render(request, "agents/run.html", _live_context(run))
 
 
 @login_required
 @require_GET
-def agent_run_live(request: HttpRequest, run_id: str) -> HttpResponse:
+def agent_run_live(request: AuthenticatedHttpRequest, run_id: str) -> HttpResponse:
     run = selectors.get_agent_run_for_user(user=request.user, run_id=run_id)
     return render(request, "agents/_run_live.html", _live_context(run))
 
 
 @login_required
 @require_GET
-def agent_run_list(request: HttpRequest) -> HttpResponse:
+def agent_run_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     page = Paginator(selectors.agent_run_list(user=request.user), 25).get_page(request.GET.get("page"))
     return render(request, "agents/runs.html", {"page": page, "runs": page.object_list})
