@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max
@@ -59,15 +60,14 @@ def serving_audit(request: HttpRequest) -> HttpResponse:
         qs = qs.filter(client__isnull=True)
     elif client_id.isdigit():
         qs = qs.filter(client_id=int(client_id))
-    rows = list(
-        qs.values("client__name", "user__username", "toolkit__slug", "surface", "status")
+    statuses, surfaces = dict(RunStatus.choices), dict(Surface.choices)
+    rows: list[dict[str, Any]] = [
+        {**row, "status_label": statuses.get(row["status"], row["status"]),
+         "surface_label": surfaces.get(row["surface"], row["surface"])}
+        for row in qs.values("client__name", "user__username", "toolkit__slug", "surface", "status")
         .annotate(calls=Count("id"), last=Max("created_at"))
         .order_by("-calls", "client__name", "user__username", "toolkit__slug")[:AUDIT_ROWS]
-    )
-    statuses, surfaces = dict(RunStatus.choices), dict(Surface.choices)
-    for row in rows:
-        row["status_label"] = statuses.get(row["status"], row["status"])
-        row["surface_label"] = surfaces.get(row["surface"], row["surface"])
+    ]
     return render(request, "serving/audit.html", {
         "rows": rows, "days": str(days),
         "periods": [("1", _("last 24 hours")), ("7", _("last 7 days")), ("30", _("last 30 days"))], "credentials": credentials,
