@@ -261,6 +261,10 @@ TOOLHUB_BUILD_SILENCE_TIMEOUT = env.float("TOOLHUB_BUILD_SILENCE_TIMEOUT", defau
 # Refuse source distributions, so no package's build code runs on the worker.
 TOOLHUB_ONLY_BINARY = env.bool("TOOLHUB_ONLY_BINARY", default=False)
 TOOLHUB_APPROVE_TRANSITIVE = env.bool("TOOLHUB_APPROVE_TRANSITIVE", default=False)
+# Packages every toolkit environment gets (requirement strings, such as "requests>=2"): what an
+# organisation wants everywhere, e.g. what Open WebUI's own process offers its tools. Set by
+# whoever runs ToolHub, so they need no approval, and imports of them are not inferred.
+TOOLHUB_ENVIRONMENT_PACKAGES = env.list("TOOLHUB_ENVIRONMENT_PACKAGES", default=[])
 
 # SANDBOX
 # ------------------------------------------------------------------------------

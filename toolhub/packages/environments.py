@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from django.conf import settings
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from toolhub.packages import envbuild as envlib
 
@@ -49,10 +51,29 @@ def runtime_lock() -> str:
     return "".join(line for line in lines if not line.startswith("-"))
 
 
+def environment_packages() -> list[str]:
+    """TOOLHUB_ENVIRONMENT_PACKAGES: requirements every environment gets."""
+    return [text.strip() for text in settings.TOOLHUB_ENVIRONMENT_PACKAGES if text.strip()]
+
+
+def environment_package_names() -> set[str]:
+    """The canonical names of TOOLHUB_ENVIRONMENT_PACKAGES (unparsable entries are left to the
+    lock, which refuses them with the reason)."""
+    names: set[str] = set()
+    for text in environment_packages():
+        try:
+            names.add(canonicalize_name(Requirement(text).name))
+        except InvalidRequirement:
+            continue
+    return names
+
+
 def lock_compile(*, requirements: Sequence[str], constraints: Sequence[str], log: Log) -> str:
-    """Resolve requirements (plus the runtime's base) into a hashed lock with pip-compile."""
+    """Resolve requirements (plus the runtime's base and TOOLHUB_ENVIRONMENT_PACKAGES) into a
+    hashed lock with pip-compile."""
     with tempfile.TemporaryDirectory(prefix="toolhub-lock-") as workdir:
         return envlib.compile_lock(
+            base_requirements=[*envlib.BASE_REQUIREMENTS, *environment_packages()],
             requirements=list(requirements),
             constraints=list(constraints),
             index=index_settings(),

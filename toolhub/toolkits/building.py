@@ -13,7 +13,13 @@ from django.conf import settings
 
 from toolhub.packages import envbuild as envlib
 from toolhub.packages import services as packages
-from toolhub.packages.environments import environment_ensure, lock_compile, lock_prefix, runtime_lock
+from toolhub.packages.environments import (
+    environment_ensure,
+    environment_packages,
+    lock_compile,
+    lock_prefix,
+    runtime_lock,
+)
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.toolkits import lifecycle, sandboxing
 from toolhub.toolkits.introspection_checks import IntrospectionRefused, check_introspection
@@ -61,7 +67,8 @@ def lock_for(revision: Revision, log: Log) -> str:
     # of an earlier revision rather than resolving again (pip-compile takes seconds).
     if revision.lock and revision.environment_key:
         return revision.lock
-    if not revision.requirements and not constraints:
+    extra = environment_packages()
+    if not revision.requirements and not constraints and not extra:
         # Nothing beyond the runtime's own needs: its committed lock is the answer.
         log("No requirements: using the runtime's own lock")
         return runtime_lock()
@@ -73,7 +80,8 @@ def lock_for(revision: Revision, log: Log) -> str:
         .order_by("-pk")
         .first()
     )
-    if twin is not None and not constraints:
+    # A lock holds TOOLHUB_ENVIRONMENT_PACKAGES too, which may have changed since the twin's.
+    if twin is not None and not constraints and not extra:
         log(f"Reusing the lock of {twin.toolkit_id}#{twin.number} (same requirements)")
         return twin.lock
     return lock_compile(requirements=revision.requirement_texts, constraints=constraints, log=log)

@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from toolhub.packages import services as packages
+from toolhub.packages.environments import environment_package_names
 from toolhub.sandbox.egress.rules import validate_host_pattern
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits.models import Revision, Toolkit
@@ -109,11 +110,14 @@ def _parse(source: bytes | str, filename: str | None) -> ParsedToolkit:
 
 def _requirements(parsed: ParsedToolkit) -> list[dict[str, Any]]:
     """The declared requirements, then those inferred from imports (marked `inferred` with
-    the import and its line); both go through the same approval."""
+    the import and its line); both go through the same approval. An import of a package that
+    TOOLHUB_ENVIRONMENT_PACKAGES gives every environment asks for nothing."""
+    provided = environment_package_names()
     declared: list[dict[str, Any]] = [{"name": r.name, "specifier": r.specifier, "text": r.text} for r in parsed.requirements]
     inferred: list[dict[str, Any]] = [
         {"name": r.name, "specifier": "", "text": r.name, "inferred": {"module": r.module, "line": r.line}}
         for r in parsed.infer_requirements(packages.import_mappings())
+        if r.name not in provided
     ]
     return declared + inferred
 
