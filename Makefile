@@ -54,12 +54,10 @@ run: deps system data
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py create_admin
 	$(PY) manage.py load_demo
-	@echo "ToolHub: http://127.0.0.1:$(PORT)/  (log in as admin; Ctrl-C stops the web server and the worker)"
-	@trap 'kill 0' INT TERM EXIT; \
-	  $(VENV)/bin/celery -A toolhub worker -B -Q builds,sandbox,maintenance,celery -c 2 -l info \
-	    --schedule $(DATA)/celerybeat-schedule & \
-	  $(VENV)/bin/uvicorn toolhub.asgi:application --host 127.0.0.1 --port $(PORT) --lifespan on & \
-	  wait
+	@echo "ToolHub: http://127.0.0.1:$(PORT)/  (log in as admin; Ctrl-C stops the web server and the workers)"
+	@# Web server, work worker, maintenance worker (the reaper) and beat, each in a process
+	@# group of its own: Ctrl-C stops all of them within 5 s, a second Ctrl-C at once.
+	@exec $(PY) scripts/serve.py --port $(PORT) --data $(DATA)
 
 # Tests run against $DATABASE_URL / $REDIS_URL when set (CI sets both), else SQLite and
 # the embedded broker.

@@ -8,6 +8,7 @@ import logging
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.db import DatabaseError
 from django.http import Http404, HttpRequest, HttpResponseNotAllowed, JsonResponse
 from django.urls import re_path
 from django.utils import translation
@@ -16,7 +17,7 @@ from ninja import NinjaAPI, Path, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.parser import Parser
 
-from toolhub import edge
+from toolhub import dbretry, edge
 from toolhub.accounts import clients
 from toolhub.accounts.models import ClientCredential
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
@@ -449,7 +450,14 @@ def invoke(request, slug: str, tool: str, payload: s.InvokeIn):
         raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None
     if not payload.wait:
         return Status(202, {"id": str(invocation.id), "status": invocation.status})
-    return Status(200, invocation_out(run_services.wait_for(invocation), with_events=True))
+    try:
+        return Status(200, invocation_out(run_services.wait_for(invocation), with_events=True))
+    except DatabaseError:
+        # Accepted and queued: the caller gets its id to poll, never a 500 that would make it
+        # call (and run) the tool again.
+        logger.warning("invocation %s: could not wait for it (database unavailable)", invocation.id, exc_info=True)
+        dbretry.reconnect()
+        return Status(202, {"id": str(invocation.id), "status": invocation.status})
 
 
 def _invocation(request, invocation_id: str) -> Invocation:

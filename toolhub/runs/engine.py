@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from toolhub import dbretry
 from toolhub.packages import envbuild as envlib
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.sandbox import launcher as sandboxlib
@@ -84,33 +85,50 @@ class Recorder:
 
     def _store(self, type_: str, data) -> None:
         self.seq += 1
-        data = self.scrub(data if data is not None else {})
-        Event.objects.create(invocation=self.invocation, seq=self.seq, type=self.scrub(type_), data=data)
+        seq, data = self.seq, self.scrub(data if data is not None else {})
+        # (invocation, seq) is unique: a retry after a commit whose answer was lost is a no-op.
+        dbretry.write(
+            lambda: Event.objects.create(invocation=self.invocation, seq=seq, type=self.scrub(type_), data=data),
+            what=f"storing event {seq} of invocation {self.invocation.pk}",
+        )
 
     def _heartbeat(self, force: bool = False) -> None:
         if force or time.monotonic() - self.beat > HEARTBEAT_SECONDS:
             self.beat = time.monotonic()
-            Invocation.objects.filter(pk=self.invocation.pk).update(heartbeat_at=timezone.now())
+            dbretry.write(
+                lambda: Invocation.objects.filter(pk=self.invocation.pk).update(heartbeat_at=timezone.now()),
+                what=f"the heartbeat of invocation {self.invocation.pk}",
+            )
 
     def _ask(self, message: dict) -> dict:
         call_id = message.get("call_id")
         event = self.scrub(message.get("event") or {})
         # Only a running invocation starts waiting (and only a waiting one resumes below):
         # one the reaper has already ended must not come back to life.
-        Invocation.objects.filter(pk=self.invocation.pk, status=RunStatus.RUNNING).update(
-            status=RunStatus.AWAITING_INPUT, pending_call=event, call_answer=None
+        pk = self.invocation.pk
+        dbretry.write(
+            lambda: Invocation.objects.filter(pk=pk, status=RunStatus.RUNNING).update(
+                status=RunStatus.AWAITING_INPUT, pending_call=event, call_answer=None
+            ),
+            what=f"the pending call of invocation {pk}",
         )
         deadline = time.monotonic() + settings.TOOLHUB_EVENT_CALL_TIMEOUT
         answer = None
         while time.monotonic() < deadline:
-            row = Invocation.objects.filter(pk=self.invocation.pk).values("call_answer").first()
+            row = dbretry.write(
+                lambda: Invocation.objects.filter(pk=pk).values("call_answer").first(),
+                what=f"reading the answer for invocation {pk}",
+            )
             if row and row["call_answer"] is not None:
                 answer = row["call_answer"]
                 break
             self._heartbeat()
             time.sleep(0.1)
-        Invocation.objects.filter(pk=self.invocation.pk, status=RunStatus.AWAITING_INPUT).update(
-            status=RunStatus.RUNNING, pending_call=None, call_answer=None, heartbeat_at=timezone.now()
+        dbretry.write(
+            lambda: Invocation.objects.filter(pk=pk, status=RunStatus.AWAITING_INPUT).update(
+                status=RunStatus.RUNNING, pending_call=None, call_answer=None, heartbeat_at=timezone.now()
+            ),
+            what=f"resuming invocation {pk}",
         )
         if answer is None:
             self._store("call_timeout", {"call": event, "seconds": settings.TOOLHUB_EVENT_CALL_TIMEOUT})
@@ -144,11 +162,16 @@ class Heartbeat:
         try:
             while not self._stopped.wait(HEARTBEAT_SECONDS):
                 try:
-                    Invocation.objects.filter(
-                        pk=self._invocation_id, status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT]
-                    ).update(heartbeat_at=timezone.now())
+                    dbretry.write(
+                        lambda: Invocation.objects.filter(
+                            pk=self._invocation_id, status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT]
+                        ).update(heartbeat_at=timezone.now()),
+                        what=f"the heartbeat of invocation {self._invocation_id}",
+                    )
                 except DatabaseError:
-                    logger.warning("heartbeat of invocation %s failed", self._invocation_id, exc_info=True)
+                    # Logged by dbretry with the reason; the connection was dropped, so the
+                    # next beat starts on a fresh one.
+                    dbretry.reconnect()
         finally:
             # This thread's own connection; the task's connection is untouched.
             connection.close()
@@ -161,12 +184,21 @@ def run(invocation_id: str) -> None:
     # another connection writes (the busy timeout does not cover that upgrade), and a task
     # that failed here would leave its invocation queued until the reaper.
     now = timezone.now()
-    claimed = Invocation.objects.filter(pk=invocation_id, status=RunStatus.QUEUED).update(
-        status=RunStatus.RUNNING, started_at=now, heartbeat_at=now
+    claimed = dbretry.write(
+        lambda: Invocation.objects.filter(pk=invocation_id, status=RunStatus.QUEUED).update(
+            status=RunStatus.RUNNING, started_at=now, heartbeat_at=now
+        ),
+        what=f"claiming invocation {invocation_id}",
     )
-    invocation = Invocation.objects.select_related("revision", "toolkit", "user").filter(pk=invocation_id).first()
+    invocation = dbretry.write(
+        lambda: Invocation.objects.select_related("revision", "toolkit", "user").filter(pk=invocation_id).first(),
+        what=f"loading invocation {invocation_id}",
+    )
     if invocation is None or invocation.is_finished:
         return
+    if not claimed and invocation.status == RunStatus.RUNNING and invocation.started_at == now:
+        # The claim committed, but its answer was lost with the connection: it is ours.
+        claimed = 1
     if not claimed:
         # Redelivered after a worker died mid-run: tools may have side effects, so
         # the call is not run twice.
@@ -190,12 +222,20 @@ def run(invocation_id: str) -> None:
                     extra_binds=binds, warm=True,
                 )
                 if proxy is not None:
-                    Invocation.objects.filter(pk=invocation.pk).update(egress=proxy.stop())
+                    report = proxy.stop()
+                    dbretry.write(
+                        lambda: Invocation.objects.filter(pk=invocation.pk).update(egress=report),
+                        what=f"the egress report of invocation {invocation.pk}",
+                    )
     except envlib.BuildFailed as exc:
         _finish(invocation, RunStatus.FAILED, error=f"The toolkit's environment could not be built: {exc.reason}")
         return
     except sandboxlib.SandboxUnavailable as exc:
         _finish(invocation, RunStatus.FAILED, error=str(exc))
+        return
+    except dbretry.WriteFailed as exc:
+        # The database went away for longer than one reconnect: say so, not "internal error".
+        _finish(invocation, RunStatus.FAILED, error=f"The worker could not record the run: {exc}")
         return
     except Exception as exc:  # noqa: BLE001 - an accepted invocation must always end
         logger.exception("invocation %s crashed in the worker", invocation_id)
@@ -242,10 +282,15 @@ def _invoke_request(invocation: Invocation) -> dict:
 
 
 def _finish(invocation: Invocation, status: str, **fields) -> None:
+    """Record how the invocation ended (once: a finished one is never changed). The result
+    of a tool that ran is the one write that must not be lost to a dropped connection."""
     fields.setdefault("finished_at", timezone.now())
-    Invocation.objects.filter(pk=invocation.pk).exclude(
-        status__in=[RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT]
-    ).update(status=status, pending_call=None, **fields)
+    dbretry.write(
+        lambda: Invocation.objects.filter(pk=invocation.pk).exclude(
+            status__in=[RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT]
+        ).update(status=status, pending_call=None, **fields),
+        what=f"recording the end ({status}) of invocation {invocation.pk}",
+    )
 
 
 def reap_stale_invocations() -> int:

@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
+from toolhub import dbretry
 from toolhub.accounts.models import ClientCredential
 from toolhub.runs.models import FINISHED, Invocation, RunStatus, Surface
 from toolhub.runs.tasks import run_invocation
@@ -117,7 +118,9 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
     deadline = time.monotonic() + (settings.TOOLHUB_INVOKE_WAIT_SECONDS if seconds is None else seconds)
     delay = 0.02
     while time.monotonic() < deadline:
-        invocation.refresh_from_db()
+        # A dropped connection is replaced (once per poll); the caller answers 202 with the
+        # id if the database stays away, never 500 for an invocation that was accepted.
+        dbretry.write(invocation.refresh_from_db, what=f"waiting for invocation {invocation.pk}")
         if invocation.status in FINISHED or invocation.status == RunStatus.AWAITING_INPUT:
             break
         time.sleep(delay)

@@ -1,0 +1,136 @@
+"""The fault suite (issue 18): real processes are killed and real database connections are
+terminated while work is in flight, and nothing may be lost or stuck.
+
+- PostgreSQL backends terminated mid-run (`pg_terminate_backend`, as a failover or an idle
+  timeout would): the worker's task connection, its heartbeat thread's connection and the web
+  request's connection all die while the tool runs. The tool's result and events must still
+  be stored, the heartbeat must go on, and the `wait: true` caller gets its 200, not a 500.
+  (A worker SIGKILLed mid-run is in tests/test_invocations.py.)
+
+Marked `fault` (and `worker`, `sandbox`); `.ci/run` runs them with the rest of the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from tests.conftest import start_worker
+from tests.sandbox_fixtures import require_sandbox
+from toolhub.accounts.models import ApiToken
+from toolhub.runs.models import Event, Invocation, RunStatus
+from toolhub.toolkits.models import Status
+
+pytestmark = [pytest.mark.fault, pytest.mark.worker, pytest.mark.sandbox, pytest.mark.django_db(transaction=True)]
+
+SLOW = '''"""
+title: Slow Steps
+author: ToolHub tests
+description: Reports, sleeps, reports again.
+version: 1.0.0
+"""
+
+import time
+
+
+class Tools:
+    def steps(self, seconds: float = 4.0, __event_emitter__=None) -> str:
+        """Report a status, sleep, report again, return."""
+        __event_emitter__({"type": "status", "data": {"description": "first", "done": False}})
+        time.sleep(seconds)
+        __event_emitter__({"type": "status", "data": {"description": "second", "done": True}})
+        return "all steps done"
+'''
+
+
+@pytest.fixture
+def postgres():
+    if connection.vendor != "postgresql":
+        pytest.skip("terminating backends needs PostgreSQL (CI sets DATABASE_URL)")
+    require_sandbox()
+
+
+def _terminate_backends() -> int:
+    """Terminate every other connection to the test database, from a connection of its own."""
+    s = connection.settings_dict
+    with psycopg.connect(
+        dbname=s["NAME"], user=s["USER"] or None, password=s["PASSWORD"] or None,
+        host=s["HOST"] or None, port=s["PORT"] or None, autocommit=True,
+    ) as killer:
+        rows = killer.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+def _wait_until(predicate, *, timeout: float = 60.0, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_terminated_database_connections_lose_no_result_and_no_caller(postgres, upload, build, alice, client, tmp_path):
+    toolkit = build(upload(alice, SLOW))
+    assert toolkit.current_revision.status == Status.READY, toolkit.current_revision.status_detail
+    _token, raw = ApiToken.issue(user=alice, name="tests")
+    worker = start_worker(tmp_path)
+    terminated: list[int] = []
+    killed_at: list = []
+    beats: list = []
+
+    def chaos() -> None:
+        # Once the tool has started (its first event is stored), kill every connection twice
+        # while it sleeps: the worker's, its heartbeat thread's and this request's own.
+        from django.db import connections
+
+        try:
+            _wait_until(lambda: Event.objects.filter(invocation__tool="steps").exists(), what="the tool to start")
+            time.sleep(0.5)
+            killed_at.append(timezone.now())
+            terminated.append(_terminate_backends())
+            time.sleep(2.5)
+            connections.close_all()  # this thread's connection was terminated too
+            # The heartbeat thread beat again on a new connection (it beats every 2 s).
+            beats.append(Invocation.objects.values_list("heartbeat_at", flat=True).get())
+            terminated.append(_terminate_backends())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=chaos, daemon=True)
+    thread.start()
+    started = time.monotonic()
+    try:
+        response = client.post(
+            f"/api/v1/toolkits/{toolkit.slug}/tools/steps/invoke",
+            json.dumps({"arguments": {"seconds": 6}, "wait": True}),
+            content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {raw}",
+        )
+        thread.join(30)
+    finally:
+        worker.kill()
+    log = worker.output()
+
+    assert len(terminated) == 2 and all(terminated), terminated
+    # The caller got the finished invocation, not a 500 it would retry (running the tool twice).
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["status"] == "succeeded", (body, log[-3000:])
+    assert body["result"] == "all steps done"
+    assert [e["data"]["description"] for e in body["events"] if e["type"] == "status"] == ["first", "second"]
+    invocation = Invocation.objects.get(pk=body["id"])
+    assert invocation.status == RunStatus.SUCCEEDED and invocation.error == ""
+    # The heartbeat thread's connection died too, and it beat again on a new one.
+    assert beats and beats[0] is not None and beats[0] > killed_at[0]
+    assert invocation.heartbeat_at >= beats[0]
+    assert "reconnecting once" in log
+    assert time.monotonic() - started < 60
