@@ -118,3 +118,50 @@ def test_once_approved_the_inferred_package_is_built_and_the_tool_runs_in_the_sa
     invocation.refresh_from_db()
     assert invocation.status == RunStatus.SUCCEEDED, invocation.error
     assert '"bs4": false' in invocation.result and '"requests": "2.' in invocation.result
+
+
+# What real Open WebUI toolkits do: requests, bs4 and fastapi (for `__request__`'s type), none
+# declared (all three come from the offline test wheelhouse).
+SCRAPER = '''"""
+title: Page Title
+"""
+import requests
+from bs4 import BeautifulSoup
+from fastapi import Request
+
+
+class Tools:
+    def title(self, html: str, __request__: Request = None) -> str:
+        """The title of an HTML page."""
+        soup = BeautifulSoup(html, "html.parser")
+        return f"{soup.title.string} ({Request.__name__}, requests {requests.__version__.split('.')[0]})"
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_requests_bs4_and_fastapi_are_inferred_approved_built_and_run(client, admin, alice, upload, build):
+    from toolhub.toolkits.lifecycle import packages_approve
+
+    require_sandbox()
+    toolkit = upload(alice, SCRAPER)
+    revision = toolkit.current_revision
+    assert revision.status == Status.AWAITING_APPROVAL
+    assert revision.status_detail == "Waiting for an admin to approve: beautifulsoup4, fastapi, requests"
+    assert [(r["name"], r["inferred"]["module"], r["inferred"]["line"]) for r in revision.requirements] == [
+        ("requests", "requests", 4), ("beautifulsoup4", "bs4", 5), ("fastapi", "fastapi", 6),
+    ]
+    client.force_login(admin)
+    queue = client.get("/packages/").content.decode()
+    for module, line in (("requests", 4), ("bs4", 5), ("fastapi", 6)):
+        assert f"inferred from import {module} (line {line})" in queue
+
+    packages_approve(names=["beautifulsoup4", "fastapi", "requests"], user=admin)
+    toolkit = build(toolkit)
+    revision = toolkit.current_revision
+    assert revision.status == Status.READY, (revision.status_detail, revision.build_log[-2000:])
+    assert [tool["function"]["name"] for tool in revision.tools] == ["title"]
+    invocation = invocation_create(toolkit=toolkit, tool="title", arguments={"html": "<title>Hi</title>"}, user=alice)
+    run_invocation.run(str(invocation.id))
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "Hi (Request, requests 2)"), invocation.error
