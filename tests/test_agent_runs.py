@@ -258,3 +258,41 @@ def test_a_run_through_the_api_on_a_real_worker(setup, carol, client, model_serv
     (invocation_id,) = body["invocations"]
     assert Invocation.objects.get(pk=invocation_id).result == "1042"
     assert body["usage"]["total_tokens"] == 142
+
+
+def test_the_time_budget_stops_a_slow_model(setup, carol, model_server, settings):
+    settings.TOOLHUB_AGENT_MAX_SECONDS = 1.5
+
+    def slow(body):
+        time.sleep(4)
+        return completion("too late")
+
+    model_server.replies = [slow]
+    began = time.monotonic()
+    run = run_here(start(carol))
+    assert time.monotonic() - began < 4
+    assert (run.status, run.limit) == ("failed", "time")
+    assert run.error == "The run used its 1.5 s and stops here."
+    assert [n["label"] for n in run.log][-1] == "Limit reached"
+
+
+def test_the_reaper_ends_a_run_whose_worker_died(setup, carol):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from toolhub.agents.tasks import reap_stale_agent_runs
+
+    run = start(carol)
+    AgentRun.objects.filter(pk=run.pk).update(status="running", heartbeat_at=timezone.now() - timedelta(minutes=5))
+    fresh = start(carol)
+    AgentRun.objects.filter(pk=fresh.pk).update(status="running", heartbeat_at=timezone.now())
+    assert reap_stale_agent_runs() == 1
+    run.refresh_from_db()
+    fresh.refresh_from_db()
+    assert (run.status, run.error) == ("failed", "The worker running this agent run stopped before it finished.")
+    assert fresh.status == "running"
+    # A redelivered run is failed, not run twice.
+    run_agent.run(str(fresh.id))
+    fresh.refresh_from_db()
+    assert fresh.status == "failed" and "stopped before it finished" in fresh.error

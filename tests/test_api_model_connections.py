@@ -158,3 +158,26 @@ def test_the_test_endpoint_is_hidden_from_non_admins(as_admin, as_carol, model_s
     _is_error(as_carol.post(f"/model-connections/{created['id']}/test"), 404)
     _is_error(as_admin.post("/model-connections/999999/test"), 404)
     assert model_server.requests == []
+
+
+def test_key_rotation_keeps_keys_and_headers_readable_after_the_old_key_is_dropped(admin, settings):
+    import os
+
+    from cryptography.fernet import Fernet
+    from django.core.management import call_command
+
+    from toolhub.agents import services
+    from toolhub.toolkits.valves import _vault_for
+
+    key_a, key_b = Fernet.generate_key().decode(), Fernet.generate_key().decode()
+    settings.TOOLHUB_ENCRYPTION_KEYS = key_a
+    services.connection_create(data=services.ConnectionInput(
+        name="c", base_url="http://h/v1", models=[], api_key=KEY, headers={"X-Team": "blue-secret"}), by=admin)
+    settings.TOOLHUB_ENCRYPTION_KEYS = f"{key_b},{key_a}"
+    call_command("rotate_connection_keys", stdout=open(os.devnull, "w"))
+    call_command("rotate_connection_keys", stdout=open(os.devnull, "w"))
+    settings.TOOLHUB_ENCRYPTION_KEYS = key_b
+    _vault_for.cache_clear()
+    connection = ModelConnection.objects.get()
+    assert connection.api_key() == KEY
+    assert connection.extra_headers() == {"X-Team": "blue-secret"}

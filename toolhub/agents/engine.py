@@ -119,10 +119,13 @@ class Recorder:
         except _CallFailed as exc:
             return {"kind": "call_result", "call_id": call_id, "error": str(exc)}
 
+    def _check_time_or_raise(self) -> None:
+        raise _Limit("time", f"The run used its {settings.TOOLHUB_AGENT_MAX_SECONDS:g} s and stops here.")
+
     def _check_time(self) -> float:
         left = settings.TOOLHUB_AGENT_MAX_SECONDS - (time.monotonic() - self.started)
         if left <= 0:
-            raise _Limit("time", f"The run used its {settings.TOOLHUB_AGENT_MAX_SECONDS:g} s and stops here.")
+            self._check_time_or_raise()
         return left
 
     def _model(self, data: dict, parent: str | None) -> dict:
@@ -150,8 +153,11 @@ class Recorder:
         try:
             completion = self.client.chat(timeout=min(self.client.timeout, left), **kwargs)
         except ModelError as exc:
+            self._update(node, "error", {"error": str(exc)})
+            # A call cut short by the run's own deadline ends the run on its time limit.
+            if settings.TOOLHUB_AGENT_MAX_SECONDS - (time.monotonic() - self.started) <= 0.05:
+                self._check_time_or_raise()
             self.model_error = str(exc)
-            self._update(node, "error", {"error": self.model_error})
             raise _CallFailed(self.model_error) from None
         usage = completion.get("usage") or {}
         for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
