@@ -138,3 +138,18 @@ def test_the_list_shows_own_runs_and_its_query_count_is_pinned(world, as_carol, 
     with django_assert_num_queries(4):
         page = as_carol.get("/agent/runs/").content.decode()
     assert page.count('href="/agent/runs/') == 4
+
+
+def test_the_agent_page_query_count_does_not_grow_with_connections(world, admin, as_carol, carol,
+                                                                   django_assert_num_queries):
+    from django.contrib.auth.models import Group
+
+    group = Group.objects.create(name="Research")
+    carol.groups.add(group)
+    for i in range(5):
+        services.connection_create(data=services.ConnectionInput(
+            name=f"g{i}", base_url="http://h/v1", models=["m"], use="groups", groups=["Research"]), by=admin)
+    # Session, user, connections, their groups, carol's groups, the toolkits she may use.
+    with django_assert_num_queries(6):
+        page = as_carol.get("/agent/").content.decode()
+    assert page.count("<optgroup") == 6

@@ -296,3 +296,20 @@ def test_the_reaper_ends_a_run_whose_worker_died(setup, carol):
     run_agent.run(str(fresh.id))
     fresh.refresh_from_db()
     assert fresh.status == "failed" and "stopped before it finished" in fresh.error
+
+
+def test_react_runs_end_to_end_with_a_model_without_tool_calls(setup, admin, ready, carol, model_server):
+    ready(admin, (DEMO / "react.py").read_text(), "react")
+    model_server.replies = [
+        completion('Thought: I should add.\nAction: calc__add\nAction Input: {"a": 40, "b": 2}'),
+        completion("Thought: I know the final answer\nFinal Answer: **1042**"),
+    ]
+    run = run_here(start(carol, strategy="react"))
+    assert (run.status, run.answer) == ("succeeded", "**1042**")
+    first, second = model_server.chat_requests()
+    assert "tools" not in first.body and first.body["stop"] == ["Observation:"]
+    assert "calc__add: Add two whole numbers" in first.body["messages"][0]["content"]
+    assert second.body["messages"][-1] == {"role": "user", "content": "Observation: 1042"}
+    assert [n["label"] for n in run.log] == [
+        "Round 1", "Model call 1", "Call calc__add", "Tool calc__add", "Round 2", "Model call 2",
+    ]

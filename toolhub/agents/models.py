@@ -69,15 +69,16 @@ class ModelConnection(models.Model):
         self.headers_ciphertext = vault().encrypt_json(headers) if headers else ""
         self.header_names = list(headers)
 
-    def usable_by(self, user) -> bool:
-        """Whether `user` may run agents on this connection. With `use=groups` the caller must
-        prefetch `groups` or pay one query; admins may always use every connection."""
+    def usable_by(self, user, group_ids: set[int] | None = None) -> bool:
+        """Whether `user` may run agents on this connection; admins may always use every
+        connection. With `use=groups`, prefetch `groups` and pass the user's `group_ids` when
+        checking many connections, or pay a query or two each."""
         if not (user.is_authenticated and user.is_active):
             return False
         if is_admin(user) or self.use == Use.EVERYONE:
             return True
         if self.use == Use.GROUPS:
-            mine = set(user.groups.values_list("pk", flat=True))
+            mine = group_ids if group_ids is not None else set(user.groups.values_list("pk", flat=True))
             return any(group.pk in mine for group in self.groups.all())
         return False
 

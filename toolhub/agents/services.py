@@ -212,7 +212,8 @@ def model_tool_name(slug: str, tool: str) -> str:
 
 def usable_connections(*, user: User) -> list[ModelConnection]:
     connections = ModelConnection.objects.prefetch_related("groups").order_by("name")
-    return [c for c in connections if c.usable_by(user)]
+    group_ids = set(user.groups.values_list("pk", flat=True)) if user.is_authenticated else set()
+    return [c for c in connections if c.usable_by(user, group_ids)]
 
 
 def agent_run_create(
