@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from toolhub import dbretry
 from toolhub.packages import envbuild as envlib
+from toolhub.runs import notify
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.toolkits import sandboxing
@@ -112,6 +113,7 @@ class Recorder:
             ),
             what=f"the pending call of invocation {pk}",
         )
+        notify.publish(self.invocation.pk)
         deadline = time.monotonic() + settings.TOOLHUB_EVENT_CALL_TIMEOUT
         answer = None
         while time.monotonic() < deadline:
@@ -291,6 +293,7 @@ def _finish(invocation: Invocation, status: str, **fields) -> None:
         ).update(status=status, pending_call=None, **fields),
         what=f"recording the end ({status}) of invocation {invocation.pk}",
     )
+    notify.publish(invocation.pk)
 
 
 def reap_stale_invocations() -> int:

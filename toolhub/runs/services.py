@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils import timezone
@@ -11,6 +9,7 @@ from kombu.exceptions import OperationalError
 
 from toolhub import dbretry
 from toolhub.accounts.models import ClientCredential
+from toolhub.runs import notify
 from toolhub.runs.models import FINISHED, Invocation, RunStatus, Surface
 from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import schema_forms
@@ -114,17 +113,16 @@ def _enqueue(invocation_id: str) -> None:
 
 
 def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocation:
-    """Poll until the invocation finishes, waits for input, or the wait limit passes."""
-    deadline = time.monotonic() + (settings.TOOLHUB_INVOKE_WAIT_SECONDS if seconds is None else seconds)
-    delay = 0.02
-    while time.monotonic() < deadline:
-        # A dropped connection is replaced (once per poll); the caller answers 202 with the
+    """Wait until the invocation finishes, waits for input, or the wait limit passes: woken by
+    the worker's notification (``toolhub.runs.notify``), polling only without Redis."""
+
+    def done() -> bool:
+        # A dropped connection is replaced (once per read); the caller answers 202 with the
         # id if the database stays away, never 500 for an invocation that was accepted.
         dbretry.write(invocation.refresh_from_db, what=f"waiting for invocation {invocation.pk}")
-        if invocation.status in FINISHED or invocation.status == RunStatus.AWAITING_INPUT:
-            break
-        time.sleep(delay)
-        delay = min(delay * 1.5, 0.25)
+        return invocation.status in FINISHED or invocation.status == RunStatus.AWAITING_INPUT
+
+    notify.wait(invocation.pk, done, seconds=settings.TOOLHUB_INVOKE_WAIT_SECONDS if seconds is None else seconds)
     return invocation
 
 

@@ -1,0 +1,82 @@
+"""The waiting request is woken by the worker's notification (toolhub.runs.notify) over the real
+Redis, instead of polling the database; without Redis it still polls."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
+
+from toolhub.runs import notify
+from toolhub.runs.models import Invocation, RunStatus
+from toolhub.runs.services import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def invocation(upload, alice):
+    toolkit = upload(alice, "class Tools:\n    def go(self) -> str:\n        return 'x'\n")
+    return Invocation.objects.create(
+        toolkit=toolkit, revision=toolkit.latest_revision(), tool="go", user=alice, status=RunStatus.RUNNING
+    )
+
+
+def _finish_later(invocation_id, delay: float, *, publish: bool) -> threading.Thread:
+    def target() -> None:
+        try:
+            time.sleep(delay)
+            Invocation.objects.filter(pk=invocation_id).update(status=RunStatus.SUCCEEDED, result="done")
+            if publish:
+                notify.publish(invocation_id)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread
+
+
+def test_a_finished_invocation_wakes_its_waiter_without_polling(invocation, settings) -> None:
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    thread = _finish_later(invocation.pk, 0.6, publish=True)
+    with CaptureQueriesContext(connection) as queries:
+        started = time.monotonic()
+        finished = wait_for(invocation, seconds=10)
+        elapsed = time.monotonic() - started
+    thread.join()
+    assert finished.status == RunStatus.SUCCEEDED and finished.result == "done"
+    assert elapsed < notify.RECHECK_SECONDS, "woken by the message, not by the periodic re-read"
+    # One read before the wait and one after the message; polling at 20 ms growing by 1.5x
+    # would have read the row about seven times in 0.6 s.
+    assert len(queries) == 2, [query["sql"] for query in queries]
+
+
+def test_a_lost_message_costs_at_most_the_recheck_interval(invocation, settings) -> None:
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    thread = _finish_later(invocation.pk, 0.2, publish=False)
+    finished = wait_for(invocation, seconds=10)
+    thread.join()
+    assert finished.status == RunStatus.SUCCEEDED
+
+
+def test_without_redis_it_polls(invocation, settings) -> None:
+    settings.REDIS_URL = ""
+    thread = _finish_later(invocation.pk, 0.3, publish=True)
+    with CaptureQueriesContext(connection) as queries:
+        finished = wait_for(invocation, seconds=10)
+    thread.join()
+    assert finished.status == RunStatus.SUCCEEDED
+    assert len(queries) > 2
+
+
+def test_the_wait_limit_still_holds(invocation, settings) -> None:
+    started = time.monotonic()
+    unchanged = wait_for(invocation, seconds=0.3)
+    assert unchanged.status == RunStatus.RUNNING
+    assert 0.3 <= time.monotonic() - started < 2
