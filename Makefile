@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 DATA ?= $(CURDIR)/.data
 WHEELHOUSE := $(DATA)/wheelhouse
 # Changes whenever the wanted wheels change, so an old wheelhouse is topped up.
-WHEELHOUSE_STAMP = .complete-$(shell cat toolhub/runtime/requirements.txt tests/wheelhouse.txt | sha256sum | cut -c1-12)
+WHEELHOUSE_STAMP = .complete-$(shell cat toolhub/runtime/requirements.txt tests/wheelhouse.txt tests/wheelhouse-mcpo.txt | sha256sum | cut -c1-12)
 PORT ?= 8000
 export TOOLHUB_DATA_DIR ?= $(DATA)
 
@@ -48,6 +48,7 @@ wheelhouse: dev-deps
 	@test -f $(WHEELHOUSE)/$(WHEELHOUSE_STAMP) || ( \
 	  $(PY) -m pip download -q --only-binary=:all: --no-deps -d $(WHEELHOUSE) -r toolhub/runtime/requirements.txt && \
 	  $(PY) -m pip download -q --only-binary=:all: --no-deps -d $(WHEELHOUSE) -r tests/wheelhouse.txt && \
+	  $(PY) -m pip download -q --only-binary=:all: --no-deps -d $(WHEELHOUSE)/mcpo -r tests/wheelhouse-mcpo.txt && \
 	  touch $(WHEELHOUSE)/$(WHEELHOUSE_STAMP) )
 
 run: deps system data

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import httpx2 as httpx
 import pytest
 
-from tests.conftest import start_worker
+from tests.conftest import REPO, start_worker
 from tests.serving_fixtures import start_server
 from toolhub.accounts.models import ApiToken
 from toolhub.toolkits import access
@@ -309,3 +315,59 @@ def test_a_client_credential_acts_for_each_user_with_their_own_settings(stack, a
     clients.client_revoke(client=_credential)
     assert _post(f"{stack.url}/openapi/served/greet", json={"name": "Ann"},
                       headers={"Authorization": f"Bearer {token}"}).status_code == 401
+
+
+# mcpo, a third-party MCP client from PyPI
+# ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mcpo_bin(tmp_path_factory) -> Path:
+    """mcpo in a virtualenv of its own, from the test wheelhouse (`make wheelhouse` fills
+    .data/wheelhouse/mcpo from tests/wheelhouse-mcpo.txt): it needs the 1.x `mcp` client."""
+    wheels = REPO / ".data" / "wheelhouse" / "mcpo"
+    if not wheels.is_dir():
+        pytest.fail(f"{wheels} is missing: run `make wheelhouse`")
+    venv = tmp_path_factory.mktemp("mcpo") / "venv"
+    uv = Path(sys.executable).parent / "uv"
+    subprocess.run([str(uv), "venv", "-q", "--python", sys.executable, str(venv)], check=True)
+    subprocess.run([str(uv), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--offline", "--no-index",
+                    "--find-links", str(wheels), "-r", str(REPO / "tests" / "wheelhouse-mcpo.txt")], check=True)
+    return venv / "bin" / "mcpo"
+
+
+def test_mcpo_serves_a_toolkit_through_its_own_openapi_endpoint(stack, alice, mcpo_bin, tmp_path):
+    from tests.serving_fixtures import _free_port
+
+    port = _free_port()
+    log = tmp_path / "mcpo.log"
+    header = json.dumps({"Authorization": f"Bearer {_token(alice)}"})
+    process = subprocess.Popen(
+        [str(mcpo_bin), "--host", "127.0.0.1", "--port", str(port), "--server-type", "streamable-http",
+         "--header", header, "--", f"{stack.url}/mcp/served"],
+        stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        document = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=5)
+                if response.status_code == 200 and response.json().get("paths"):
+                    document = response.json()
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        assert document is not None, log.read_text(errors="replace")[-3000:]
+        assert "/greet" in document["paths"] and "/stats" in document["paths"]
+        answer = _post(f"http://127.0.0.1:{port}/greet", json={"name": "Ann"})
+        assert answer.status_code == 200, answer.text
+        assert "Hello Ann from Lyon!" in answer.text
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(10)
+    from toolhub.runs.models import Invocation
+
+    assert Invocation.objects.filter(user=alice, surface="mcp", tool="greet").exists()
