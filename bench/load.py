@@ -82,6 +82,7 @@ def main() -> None:
 
     scratch = base.Scratch()
     worker = server = None
+    keep = True
     try:
         import django
 
@@ -137,12 +138,18 @@ def main() -> None:
         if other_end:
             errors = collections.Counter((r[0], "") for r in other_end)
             print(f"\nended otherwise: {dict(errors)}")
+        keep = bool(refused or lost or other_end)
     finally:
         if server is not None:
             server.stop()
         if worker is not None:
             worker.stop()
-        scratch.remove(keep=False)
+        if keep:
+            # Say why, from the server's log (kept with the worker's for a closer look).
+            for line in server.log.read_text(errors="replace").splitlines() if server else []:
+                if "Error" in line or "error" in line:
+                    print("server:", line[:300])
+        scratch.remove(keep=keep)
 
 
 if __name__ == "__main__":

@@ -440,7 +440,9 @@ def _build(
     partial = Path(tempfile.mkdtemp(prefix=f".tmp-{key}-", dir=root))
     log(f"building environment {key} in {partial.name}")
     try:
-        with tempfile.TemporaryDirectory(prefix="toolhub-build-") as scratch:
+        # Named after this process, so a worker starting after it died removes it
+        # (toolhub.sandbox.scratch.sweep_dead knows the prefix).
+        with tempfile.TemporaryDirectory(prefix=f"toolhub-build-{os.getpid()}-") as scratch:
             lock_file = Path(scratch) / "requirements.txt"
             lock_file.write_text(lock)
             env = tool_env(home=Path(scratch), timeouts=timeouts, extra=index.env())

@@ -3,6 +3,7 @@ Knows nothing of toolkits: callers pass requirements and locks as text."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,6 +13,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from toolhub.packages import envbuild as envlib
+from toolhub.sandbox import scratch
 
 RUNTIME_LOCK = Path(__file__).resolve().parent.parent / "runtime" / "requirements.txt"
 
@@ -71,7 +73,7 @@ def environment_package_names() -> set[str]:
 def lock_compile(*, requirements: Sequence[str], constraints: Sequence[str], log: Log) -> str:
     """Resolve requirements (plus the runtime's base and TOOLHUB_ENVIRONMENT_PACKAGES) into a
     hashed lock with pip-compile."""
-    with tempfile.TemporaryDirectory(prefix="toolhub-lock-") as workdir:
+    with tempfile.TemporaryDirectory(prefix=f"{scratch.LOCK}{os.getpid()}-") as workdir:
         return envlib.compile_lock(
             base_requirements=[*envlib.BASE_REQUIREMENTS, *environment_packages()],
             requirements=list(requirements),

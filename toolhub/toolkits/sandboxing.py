@@ -15,6 +15,7 @@ from pathlib import Path
 from django.conf import settings
 
 from toolhub.sandbox import launcher as sandboxlib
+from toolhub.sandbox import scratch
 from toolhub.sandbox.egress import EgressPolicy, ProxyHandle, run_proxy_in_thread
 from toolhub.sandbox.uids import UidPool
 from toolhub.sandbox.warm import WarmPool
@@ -143,7 +144,7 @@ def egress_for(toolkit: Toolkit) -> Iterator[tuple[Sequence[tuple[Path, str]], d
     # A short path: UNIX socket paths are limited to about 107 bytes.
     # 0700, and with the socket (0600) handed to the run's sandbox uid when the run starts
     # (`owned_paths` in `run`): no other local account can list the directory or connect.
-    directory = Path(tempfile.mkdtemp(prefix="th-egress-", dir="/tmp"))
+    directory = scratch.make_dir(scratch.EGRESS, "/tmp")
     directory.chmod(0o700)
     try:
         handle = run_proxy_in_thread(policy, directory / "egress.sock", socket_mode=0o600)
@@ -164,7 +165,10 @@ def egress_for(toolkit: Toolkit) -> Iterator[tuple[Sequence[tuple[Path, str]], d
 def startup_check() -> None:
     """Say at worker start, not at the first invocation, when this host cannot sandbox:
     bubblewrap, libseccomp, the sandbox user or the uid pool missing, or user namespaces
-    unavailable."""
+    unavailable. Also removes the temporary directories of workers that died."""
+    scratch.sweep_dead("/tmp")
+    if tempfile.gettempdir() != "/tmp":
+        scratch.sweep_dead()
     try:
         sandboxlib.check_sandbox(sandbox_user=settings.TOOLHUB_SANDBOX_USER, bwrap=settings.TOOLHUB_BWRAP)
         pool = uid_pool()
