@@ -287,6 +287,9 @@ TOOLHUB_SANDBOX_CPU_SECONDS = env.int("TOOLHUB_SANDBOX_CPU_SECONDS", default=10)
 TOOLHUB_SANDBOX_MEMORY_MB = env.int("TOOLHUB_SANDBOX_MEMORY_MB", default=1024)
 TOOLHUB_SANDBOX_OUTPUT_MB = env.int("TOOLHUB_SANDBOX_OUTPUT_MB", default=8)
 TOOLHUB_EVENT_CALL_TIMEOUT = env.float("TOOLHUB_EVENT_CALL_TIMEOUT", default=120.0)
+# Fair use per invocation: events a tool may send (count and JSON bytes), then it is stopped.
+TOOLHUB_MAX_EVENTS = env.int("TOOLHUB_MAX_EVENTS", default=2000)
+TOOLHUB_MAX_EVENT_BYTES = env.int("TOOLHUB_MAX_EVENT_BYTES", default=2 * 1024 * 1024)
 TOOLHUB_INVOKE_WAIT_SECONDS = env.float("TOOLHUB_INVOKE_WAIT_SECONDS", default=30.0)
 # How long an MCP or OpenAPI tool call waits for its invocation (the sandbox's wall limit
 # plus a question's answer time fit in it).

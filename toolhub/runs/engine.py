@@ -4,6 +4,8 @@ everything stored, and records how it ended. toolhub.runs.tasks hands it invocat
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import threading
 import time
@@ -18,6 +20,7 @@ from toolhub.packages import envbuild as envlib
 from toolhub.runs import notify
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.sandbox import launcher as sandboxlib
+from toolhub.sandbox.limits import StopRun
 from toolhub.toolkits import sandboxing
 from toolhub.toolkits.building import revision_environment
 from toolhub.toolkits.models import Revision
@@ -29,6 +32,8 @@ logger = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 2.0
 # A running invocation whose worker has not beaten for this long is dead.
 DEAD_AFTER_SECONDS = 20.0
+# Host time (event writes, heartbeats) credited to a run beyond its answer budget.
+HOST_SLACK_SECONDS = 10.0
 
 
 class Scrubber:
@@ -73,6 +78,11 @@ class Recorder:
         self.invocation = invocation
         self.seq = invocation.events.count()
         self.beat = time.monotonic()
+        # Fair use: what one invocation may send, and one budget for every wait for an answer
+        # to `__event_call__` (so unanswered calls cannot hold a worker call after call).
+        self.events = 0
+        self.event_bytes = 0
+        self.wait_budget = settings.TOOLHUB_EVENT_CALL_TIMEOUT
 
     def __call__(self, message: dict) -> dict | None:
         kind = message.get("kind")
@@ -84,9 +94,17 @@ class Recorder:
         self._heartbeat()
         return None
 
-    def _store(self, type_: str, data) -> None:
+    def _store(self, type_: str, data, *, counted: bool = True) -> None:
+        data = self.scrub(data if data is not None else {})
+        if counted:
+            self.events += 1
+            self.event_bytes += len(json.dumps(data, ensure_ascii=False, default=str).encode())
+            if self.events > settings.TOOLHUB_MAX_EVENTS:
+                raise StopRun("events")
+            if self.event_bytes > settings.TOOLHUB_MAX_EVENT_BYTES:
+                raise StopRun("event_bytes")
         self.seq += 1
-        seq, data = self.seq, self.scrub(data if data is not None else {})
+        seq = self.seq
         # (invocation, seq) is unique: a retry after a commit whose answer was lost is a no-op.
         dbretry.write(
             lambda: Event.objects.create(invocation=self.invocation, seq=seq, type=self.scrub(type_), data=data),
@@ -114,7 +132,8 @@ class Recorder:
             what=f"the pending call of invocation {pk}",
         )
         notify.publish(self.invocation.pk)
-        deadline = time.monotonic() + settings.TOOLHUB_EVENT_CALL_TIMEOUT
+        started = time.monotonic()
+        deadline = started + max(0.0, min(settings.TOOLHUB_EVENT_CALL_TIMEOUT, self.wait_budget))
         answer = None
         while time.monotonic() < deadline:
             row = dbretry.write(
@@ -126,6 +145,7 @@ class Recorder:
                 break
             self._heartbeat()
             time.sleep(0.1)
+        self.wait_budget -= time.monotonic() - started
         dbretry.write(
             lambda: Invocation.objects.filter(pk=pk, status=RunStatus.AWAITING_INPUT).update(
                 status=RunStatus.RUNNING, pending_call=None, call_answer=None, heartbeat_at=timezone.now()
@@ -133,9 +153,10 @@ class Recorder:
             what=f"resuming invocation {pk}",
         )
         if answer is None:
-            self._store("call_timeout", {"call": event, "seconds": settings.TOOLHUB_EVENT_CALL_TIMEOUT})
+            waited = round(time.monotonic() - started)
+            self._store("call_timeout", {"call": event, "seconds": waited}, counted=False)
             return {"kind": "call_result", "call_id": call_id, "error": "timed out waiting for an answer"}
-        self._store("call_answered", {"call": event})
+        self._store("call_answered", {"call": event}, counted=False)
         return {"kind": "call_result", "call_id": call_id, "value": answer.get("value")}
 
 
@@ -219,9 +240,14 @@ def run(invocation_id: str) -> None:
             env_dir = revision_environment(revision)
             with sandboxing.egress_for(invocation.toolkit) as (binds, egress, proxy):
                 request["egress"] = egress
+                # One hard deadline: the wall-clock limit, plus at most the answer budget (and a
+                # little for the worker's own writes) spent waiting on the host.
+                limits = dataclasses.replace(
+                    sandboxing.limits(), host_wait_seconds=settings.TOOLHUB_EVENT_CALL_TIMEOUT + HOST_SLACK_SECONDS
+                )
                 outcome = sandboxing.run(
                     revision=revision, env_dir=env_dir, request=request, on_message=Recorder(invocation, scrub),
-                    extra_binds=binds, warm=True,
+                    extra_binds=binds, limits_=limits, warm=True,
                 )
                 if proxy is not None:
                     report = proxy.stop()
@@ -249,6 +275,12 @@ def run(invocation_id: str) -> None:
     usage = {"cpu_ms": outcome.cpu_ms, "max_rss_kb": outcome.max_rss_kb}
     if outcome.status == "timed_out":
         _finish(invocation, RunStatus.TIMED_OUT, error=f"The tool ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s and was stopped.", limit=outcome.limit or "wall_time", **usage)
+    elif outcome.status == "limit_exceeded" and outcome.limit in ("events", "event_bytes"):
+        what = (
+            f"more than {settings.TOOLHUB_MAX_EVENTS} events" if outcome.limit == "events"
+            else f"more than {settings.TOOLHUB_MAX_EVENT_BYTES} bytes of events"
+        )
+        _finish(invocation, RunStatus.FAILED, error=f"The tool sent {what} and was stopped.", limit=outcome.limit, **usage)
     elif outcome.status == "limit_exceeded":
         # A MemoryError or EFBIG still sends its final error line: keep its traceback.
         _finish(invocation, RunStatus.FAILED, error=f"The tool hit a sandbox limit ({outcome.limit}) and was stopped.", limit=outcome.limit or "", traceback=final.get("traceback", ""), **usage)

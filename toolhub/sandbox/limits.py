@@ -13,6 +13,16 @@ class SandboxUnavailable(RuntimeError):
     """The sandbox cannot be used; the message says what to install or configure."""
 
 
+class StopRun(Exception):
+    """Raised by an ``on_message`` callback to end the run at once: the sandbox is killed and
+    the run ends as ``limit_exceeded`` with ``limit`` (the host's own limits, such as the
+    number of events an invocation may send)."""
+
+    def __init__(self, limit: str) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
 @dataclass(frozen=True)
 class Limits:
     """Resource limits for one sandboxed run. Sizes are in bytes, times in seconds."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolhub.sandbox.limits import FINAL_KINDS, Limits
+from toolhub.sandbox.limits import FINAL_KINDS, Limits, StopRun
 
 _READ_CHUNK = 1 << 16
 
@@ -236,7 +236,11 @@ class Session:
                 self._close_stdin()
                 continue
             begun = time.monotonic()
-            reply = self.on_message(message)
+            try:
+                reply = self.on_message(message)
+            except StopRun as stop:
+                self.kill(stop.limit)
+                return
             # Host time is not the tool's time, up to the budget.
             credit = min(time.monotonic() - begun, self.host_budget)
             self.host_budget -= credit
@@ -365,8 +369,9 @@ def classify(
 ) -> tuple[str, str | None, tuple[str, ...]]:
     """Turn what was observed into (status, limit, every limit seen to be reached)."""
     hit: list[str] = []
-    if state.killed_for in ("wall_time", "output", "message_size"):
-        hit.append(state.killed_for)
+    limit_kill = state.killed_for if state.killed_for not in (None, "aborted", "exit_grace") else None
+    if limit_kill:
+        hit.append(limit_kill)
     if oom:
         hit.append("memory")
     if (
@@ -389,8 +394,9 @@ def classify(
 
     if state.killed_for == "wall_time":
         return "timed_out", "wall_time", tuple(hit)
-    if state.killed_for in ("output", "message_size"):
-        return "limit_exceeded", state.killed_for, tuple(hit)
+    if limit_kill:
+        # "output", "message_size", or a host limit a callback stopped the run for (StopRun).
+        return "limit_exceeded", limit_kill, tuple(hit)
     if state.final is not None:
         # A final error caused by a limit is still the limit's fault; the final message is
         # kept so its traceback can be shown.
