@@ -7,6 +7,7 @@ scripts/system-setup. Each test leases from its own lock directory; the uids are
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import subprocess
@@ -321,9 +322,18 @@ def test_a_fork_bomb_on_a_leased_uid_is_stopped_and_the_uid_comes_back(run_in_po
     if outcome.cgroups:
         assert "processes" in outcome.limits_hit, outcome
     assert wait_for_no_sandbox_processes(timeout=5) == []
-    # Every uid of the pool is free again.
-    with pool.lease(), pool.lease(), pool.lease(), pool.lease():
-        pass
+    # Its lease was dropped: nothing holds the pool's locks any more (leased one by one, as
+    # sandboxes of other test sessions on a shared machine may run as some of these uids for
+    # a moment, and a uid with a process is not leased).
+    for _ in range(pool.size):
+        with pool.lease():
+            pass
+    for name in pool.names():
+        fd = os.open(pool.lock_dir / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
 
 
 def test_the_worker_glue_leases_from_the_configured_pool(settings, tmp_path: Path) -> None:
