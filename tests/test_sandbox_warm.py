@@ -393,3 +393,28 @@ def test_warm_calls_stream_events_and_answer_calls(call) -> None:
     )
     assert _result(outcome) == "confirmed=True"
     assert [m["kind"] for m in seen] == ["event", "call"]
+
+
+def test_a_callback_that_raises_kills_only_the_call(call, pool: WarmPool) -> None:
+    class Stop(Exception):
+        pass
+
+    def on_message(message: dict) -> dict | None:
+        raise Stop("the host stops this run")
+
+    _result(call(ECHO, arguments={"text": "before"}))
+    sandbox = _only_sandbox(pool)
+    with pytest.raises(Stop):
+        call(
+            """
+            import time
+            class Tools:
+                async def go(self, __event_emitter__) -> str:
+                    await __event_emitter__({"type": "status", "data": {"description": "x", "done": False}})
+                    time.sleep(60)
+                    return "never"
+            """,
+            on_message=on_message,
+        )
+    assert _only_sandbox(pool) is sandbox and sandbox.usable()
+    assert _result(call(ECHO, arguments={"text": "after"})) == "after"
