@@ -215,3 +215,12 @@ class BoundedInputMiddleware:
         except TooManyFieldsSent:
             return _answer(request, 400, _("The request has too many form fields."))
         return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        from toolhub.toolkits.lifecycle import QueueUnavailable
+
+        if isinstance(exception, QueueUnavailable):
+            # Committed, but not queued: the revision is failed, so Retry works at once.
+            message = _("Saved, but no worker can take it right now; press Retry on the Environment tab later.")
+            return _answer(request, 503, message)
+        return None

@@ -164,6 +164,12 @@ def _too_big(request, exc):
     return api.create_response(request, _error_body(message), status=413)
 
 
+@api.exception_handler(lifecycle.QueueUnavailable)
+def _not_queued(request, exc):
+    # The change was committed; the revision is failed so that Retry works at once.
+    return api.create_response(request, _error_body(str(exc)), status=503)
+
+
 @api.exception_handler(Exception)
 def _unexpected(request, exc):
     # Never a traceback or HTML in an API response.

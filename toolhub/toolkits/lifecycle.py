@@ -19,6 +19,7 @@ in a state that was not committed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import timedelta
 
@@ -27,6 +28,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerError
 
 from toolhub.packages import services as packages
 from toolhub.packages.models import Approval, Package, PackageRequest
@@ -41,9 +43,36 @@ BUILD_TASK = "toolhub.toolkits.tasks.build_revision"
 INTROSPECT_TASK = "toolhub.toolkits.tasks.introspect_revision"
 
 
+logger = logging.getLogger(__name__)
+
+QUEUE_FAILED = "No worker could take the build (the broker is unavailable); press Retry once it is back."
+
+
+class QueueUnavailable(Exception):
+    """A change was committed but its task could not be queued: the request answers 503,
+    and the revision is failed so that Retry works at once (it never sits "Queued")."""
+
+
 def enqueue(task_name: str, revision_id: int) -> None:
     """Queue a step for a revision once the current transaction commits."""
-    transaction.on_commit(lambda: current_app.send_task(task_name, args=[revision_id]))
+
+    def send() -> None:
+        try:
+            # Fail fast, as invocations do: one quick retry rides out a broker that just
+            # restarted; kombu's own retries would keep the request waiting for seconds.
+            with current_app.pool.acquire(block=True) as connection:
+                connection.ensure_connection(  # type: ignore[attr-defined]
+                    max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2
+                )
+                current_app.send_task(task_name, args=[revision_id], retry=False, connection=connection)  # type: ignore[arg-type]
+        except (BrokerError, OSError) as exc:
+            logger.error("could not queue %s for revision %s: %s", task_name, revision_id, exc)
+            Revision.objects.filter(pk=revision_id, status=Status.BUILDING).update(
+                status=Status.FAILED, status_detail=QUEUE_FAILED, status_changed_at=timezone.now()
+            )
+            raise QueueUnavailable(QUEUE_FAILED) from exc
+
+    transaction.on_commit(send)
 
 
 def _set(revision: Revision, status: str, detail: str = "", *fields: str) -> None:
