@@ -83,6 +83,7 @@ messages: dev-deps
 bench: dev-deps wheelhouse
 	$(PY) bench/environments.py
 	$(PY) bench/invoke.py
+	$(PY) bench/serve.py
 
 clean:
 	rm -rf $(VENV) /tmp/toolhub-test-data
