@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from toolhub.accounts.clients import Caller
+from toolhub.runs import notify
 from toolhub.runs import services as run_services
 from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus
 from toolhub.serving.catalog import ServedTool
@@ -107,11 +108,24 @@ def follow(
             except run_services.InvocationRejected:
                 pass  # Already answered or timed out meanwhile; the loop sees what happened.
             delay = 0.01
-        if time.monotonic() > deadline:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
             break
+        if on_event is None and settings.REDIS_URL:
+            # Nothing to relay before the end or a question: wait for the worker's notice on
+            # Redis (toolhub.runs.notify) instead of polling.
+            notify.wait(invocation.pk, lambda: _needs_attention(invocation.pk), seconds=remaining)
+            continue
         time.sleep(delay)
         delay = min(delay * 1.5, 0.05)
     return CallOutcome(invocation=invocation, events=events, seen=seen)
+
+
+def _needs_attention(invocation_id: Any) -> bool:
+    row = Invocation.objects.filter(pk=invocation_id).values("status", "call_answer").first()
+    if row is None or row["status"] in FINISHED:
+        return True
+    return row["status"] == RunStatus.AWAITING_INPUT and row["call_answer"] is None
 
 
 def answer(invocation: Invocation, value: Any) -> None:

@@ -176,6 +176,8 @@ async def call_tool(ctx, params: types.CallToolRequestParams):
     back_channel = ctx.session.can_send_request
     elicit = _supports_elicitation(ctx)
     progress_count = 0
+    meta = ctx.meta or params.meta or {}
+    wants_progress = any(meta.get(key) is not None for key in ("progress_token", "progressToken"))
 
     def on_event(event) -> None:
         nonlocal progress_count
@@ -200,13 +202,13 @@ async def call_tool(ctx, params: types.CallToolRequestParams):
         if params.request_state:
             state = _unseal(params.request_state, caller)
             invocation = _resume(caller, state, params.input_responses or {}, on_event)
-            return follow(invocation, seen=state["s"], ask=loop_ask, on_event=on_event)
+            return follow(invocation, seen=state["s"], ask=loop_ask, on_event=on_event if wants_progress else None)
         served = catalog.find(caller.user, params.name, slug)
         if served is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name[:100]}")
         try:
             return serve_call(caller=caller, served=served, arguments=params.arguments or {}, surface=Surface.MCP,
-                              ask=loop_ask, on_event=on_event)
+                              ask=loop_ask, on_event=on_event if wants_progress else None)
         except (run_services.InvocationRejected, RateLimited) as exc:
             return exc
 
