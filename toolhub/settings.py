@@ -289,6 +289,10 @@ TOOLHUB_SANDBOX_OUTPUT_MB = env.int("TOOLHUB_SANDBOX_OUTPUT_MB", default=8)
 TOOLHUB_EVENT_CALL_TIMEOUT = env.float("TOOLHUB_EVENT_CALL_TIMEOUT", default=120.0)
 # Fair use per invocation: events a tool may send (count and JSON bytes), then it is stopped.
 TOOLHUB_MAX_EVENTS = env.int("TOOLHUB_MAX_EVENTS", default=2000)
+# Fair use per user (toolhub.runs.services.check_fair_use): invocations queued, running or
+# waiting at once, and accepted per minute; beyond either, 429 with Retry-After.
+TOOLHUB_USER_MAX_ACTIVE = env.int("TOOLHUB_USER_MAX_ACTIVE", default=10)
+TOOLHUB_USER_INVOCATIONS_PER_MINUTE = env.int("TOOLHUB_USER_INVOCATIONS_PER_MINUTE", default=60)
 TOOLHUB_MAX_EVENT_BYTES = env.int("TOOLHUB_MAX_EVENT_BYTES", default=2 * 1024 * 1024)
 TOOLHUB_INVOKE_WAIT_SECONDS = env.float("TOOLHUB_INVOKE_WAIT_SECONDS", default=30.0)
 # How long an MCP or OpenAPI tool call waits for its invocation (the sandbox's wall limit

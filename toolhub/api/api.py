@@ -112,9 +112,10 @@ ERRORS = {400: s.ErrorOut, 401: s.ErrorOut, 403: s.ErrorOut, 404: s.ErrorOut, 40
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, errors: list[dict]):
+    def __init__(self, status: int, errors: list[dict], headers: dict[str, str] | None = None):
         self.status = status
         self.errors = errors
+        self.headers = headers or {}
 
 
 def _error(status: int, message: str, field: str | None = None, line: int | None = None) -> ApiError:
@@ -123,7 +124,10 @@ def _error(status: int, message: str, field: str | None = None, line: int | None
 
 @api.exception_handler(ApiError)
 def _api_error(request, exc: ApiError):
-    return api.create_response(request, {"errors": exc.errors}, status=exc.status)
+    response = api.create_response(request, {"errors": exc.errors}, status=exc.status)
+    for name, value in exc.headers.items():
+        response[name] = value
+    return response
 
 
 @api.exception_handler(ValidationError)
@@ -453,7 +457,8 @@ def invoke(request, slug: str, tool: str, payload: s.InvokeIn):
             messages=payload.messages, files=payload.files, client=getattr(request, "toolhub_client", None),
         )
     except run_services.InvocationRejected as exc:
-        raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None
+        headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None
+        raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors], headers) from None
     if not payload.wait:
         return Status(202, {"id": str(invocation.id), "status": invocation.status})
     try:

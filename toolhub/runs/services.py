@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
+
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from kombu.exceptions import OperationalError
 
 from toolhub import dbretry
@@ -19,10 +24,42 @@ from toolhub.toolkits.models import Revision, Status, Toolkit
 class InvocationRejected(Exception):
     """Carries the HTTP status the API answers with and a list of (message, field)."""
 
-    def __init__(self, status: int, errors: list[tuple[str, str | None]]):
+    def __init__(self, status: int, errors: list[tuple[str, str | None]], *, retry_after: int | None = None):
         super().__init__(errors[0][0] if errors else "")
         self.status = status
         self.errors = errors
+        # With 429: seconds until the same call may be accepted (the API's Retry-After).
+        self.retry_after = retry_after
+
+
+ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_INPUT)
+RATE_WINDOW = timedelta(seconds=60)
+
+
+def check_fair_use(user: User) -> None:
+    """Per user, whatever the surface: at most TOOLHUB_USER_MAX_ACTIVE invocations queued,
+    running or waiting for an answer, and at most TOOLHUB_USER_INVOCATIONS_PER_MINUTE accepted
+    in any 60 seconds. Raises InvocationRejected(429) with retry_after otherwise. The counts
+    are read from the invocations themselves, so every web process sees the same ones."""
+    active_limit = settings.TOOLHUB_USER_MAX_ACTIVE
+    if active_limit > 0:
+        active = Invocation.objects.filter(user=user, status__in=ACTIVE).count()
+        if active >= active_limit:
+            message = ngettext(
+                "You already have %(n)d invocation queued or running; wait until it finishes.",
+                "You already have %(n)d invocations queued or running; wait until one finishes.",
+                active,
+            ) % {"n": active}
+            raise InvocationRejected(429, [(message, None)], retry_after=5)
+    rate_limit = settings.TOOLHUB_USER_INVOCATIONS_PER_MINUTE
+    if rate_limit > 0:
+        now = timezone.now()
+        recent = Invocation.objects.filter(user=user, created_at__gte=now - RATE_WINDOW)
+        if recent.count() >= rate_limit:
+            oldest = recent.order_by("-created_at").values_list("created_at", flat=True)[rate_limit - 1 : rate_limit].first()
+            retry = max(1, math.ceil(((oldest or now) + RATE_WINDOW - now).total_seconds()))
+            message = _("At most %(limit)d invocations a minute; try again in %(seconds)d s.") % {"limit": rate_limit, "seconds": retry}
+            raise InvocationRejected(429, [(message, None)], retry_after=retry)
 
 
 def tool_spec(revision: Revision, tool: str) -> dict | None:
@@ -82,6 +119,7 @@ def invocation_create(
     errors = check_arguments(spec.get("parameters") or {}, arguments)
     if errors:
         raise InvocationRejected(400, errors)
+    check_fair_use(user)
     invocation = Invocation.objects.create(
         toolkit=toolkit, revision=revision, tool=tool, arguments=arguments, user=user,
         messages=messages or [], files=files or [], client=client, surface=surface,
