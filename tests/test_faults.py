@@ -27,7 +27,7 @@ from toolhub.accounts.models import ApiToken
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.toolkits.models import Status
 
-pytestmark = [pytest.mark.fault, pytest.mark.worker, pytest.mark.sandbox, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.fault]
 
 SLOW = '''"""
 title: Slow Steps
@@ -79,6 +79,9 @@ def _wait_until(predicate, *, timeout: float = 60.0, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.worker
+@pytest.mark.sandbox
+@pytest.mark.django_db(transaction=True)
 def test_terminated_database_connections_lose_no_result_and_no_caller(postgres, upload, build, alice, client, tmp_path):
     toolkit = build(upload(alice, SLOW))
     assert toolkit.current_revision.status == Status.READY, toolkit.current_revision.status_detail
@@ -134,3 +137,28 @@ def test_terminated_database_connections_lose_no_result_and_no_caller(postgres, 
     assert invocation.heartbeat_at >= beats[0]
     assert "reconnecting once" in log
     assert time.monotonic() - started < 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_that_refuses_connections_gets_503_not_500(client, alice):
+    """Found by bench/load.py: with PostgreSQL out of connection slots ("too many clients"),
+    invoke answered 500, which a caller cannot tell from a bug. Here the database really
+    refuses: the connection goes to a port where nothing listens."""
+    from django.db import connections
+
+    _token, raw = ApiToken.issue(user=alice, name="tests")
+    settings_dict = connections["default"].settings_dict
+    saved = dict(settings_dict)
+    connections["default"].close()
+    settings_dict.update(HOST="127.0.0.1", PORT="1")
+    if connection.vendor == "sqlite":
+        settings_dict.update(NAME="/nonexistent/dir/db.sqlite3")
+    try:
+        response = client.get("/api/v1/toolkits", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    finally:
+        connections["default"].close()
+        settings_dict.clear()
+        settings_dict.update(saved)
+    assert response.status_code == 503, response.content
+    assert response["Retry-After"] == "1"
+    assert response.json()["errors"][0]["message"] == "The database is unavailable right now; try again in a moment."

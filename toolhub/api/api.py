@@ -8,7 +8,7 @@ import logging
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.db import DatabaseError
+from django.db import DatabaseError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponseNotAllowed, JsonResponse
 from django.urls import re_path
 from django.utils import translation
@@ -108,6 +108,7 @@ api = ToolHubApi(
     parser=EdgeCheckedParser(),
 )
 
+DATABASE_UNAVAILABLE = "The database is unavailable right now; try again in a moment."
 ERRORS = {400: s.ErrorOut, 401: s.ErrorOut, 403: s.ErrorOut, 404: s.ErrorOut, 409: s.ErrorOut, 413: s.ErrorOut, 429: s.ErrorOut, 503: s.ErrorOut}
 
 
@@ -172,6 +173,17 @@ def _too_big(request, exc):
 def _not_queued(request, exc):
     # The change was committed; the revision is failed so that Retry works at once.
     return api.create_response(request, _error_body(str(exc)), status=503)
+
+
+@api.exception_handler(OperationalError)
+def _database_unavailable(request, exc):
+    # The database refused or lost the connection (restarting, out of connection slots):
+    # the server's condition, not the caller's, and a retry later can succeed.
+    logger.warning("database unavailable on %s %s: %s", request.method, request.path, str(exc).strip())
+    dbretry.reconnect()
+    response = api.create_response(request, _error_body(DATABASE_UNAVAILABLE), status=503)
+    response["Retry-After"] = "1"
+    return response
 
 
 @api.exception_handler(Exception)
