@@ -19,6 +19,7 @@ from toolhub.toolkits.highlight import highlight_python
 from toolhub.toolkits.models import Toolkit, Use
 from toolhub.toolkits.notices import revision_warnings
 from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, SourceError, ToolkitSourceInvalid, parse_toolkit_source
+from toolhub.toolkits.valves import schema_secrets
 
 PAGE_SIZE = 20
 
@@ -189,6 +190,12 @@ def toolkit_detail(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse
     ctx["use_choices"] = Use.choices
     ctx["all_groups"] = Group.objects.order_by("name")[:200] if ctx["can_manage"] else []
     ctx["access_history"] = toolkit.history.filter(kind="access").select_related("by")[:10]
+    # Which secret settings every run of the current revision is handed (in plain text).
+    current = ctx["revision"]
+    ctx["received_secrets"] = {
+        "valves": sorted(schema_secrets(current.valves_schema)) if current else [],
+        "user_valves": sorted(schema_secrets(current.user_valves_schema)) if current else [],
+    }
     return render(request, "toolkits/overview.html", ctx)
 
 
