@@ -30,6 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
+from toolhub.accounts.roles import is_admin
 from toolhub.packages import services as packages
 from toolhub.packages.models import Approval, Package, PackageRequest
 from toolhub.toolkits.models import Revision, Status, Toolkit
@@ -282,11 +283,20 @@ def make_current(*, toolkit: Toolkit, revision: Revision) -> None:
     """Point the toolkit at a revision and copy its listing fields. Only these fields are
     written: a full save would write back whatever else this instance read earlier, undoing
     an egress grant made in the meantime."""
+    previous = toolkit.current_revision
     toolkit.current_revision = revision
     toolkit.title = revision.title
     toolkit.author = revision.manifest.get("author", "")
     toolkit.updated_at = timezone.now()
-    toolkit.save(update_fields=["current_revision", "title", "author", "updated_at"])
+    fields = ["current_revision", "title", "author", "updated_at"]
+    # An egress grant covers the code an admin saw: when a non-admin's revision mentions hosts
+    # the one before it did not, the grant is held until an admin confirms it again.
+    if toolkit.egress_granted and previous is not None and previous.pk != revision.pk and not is_admin(revision.uploaded_by):
+        new_hosts = set(revision.hosts or []) - set(previous.hosts or [])
+        if new_hosts:
+            toolkit.egress_held_hosts = sorted(set(toolkit.egress_held_hosts or []) | new_hosts)
+            fields.append("egress_held_hosts")
+    toolkit.save(update_fields=fields)
 
 
 def uploaded(*, toolkit: Toolkit, revision: Revision) -> None:

@@ -48,6 +48,10 @@ class Toolkit(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     egress_granted_at = models.DateTimeField(null=True, blank=True)
+    # Hosts that a current revision uploaded by someone who is not an admin mentions and the
+    # revision before it did not: while any are listed, the grant is held (runs get no
+    # network) until an admin confirms it again (toolkit_set_egress clears the list).
+    egress_held_hosts = models.JSONField(default=list, blank=True)
     # Access, set by the owner or an admin (toolhub.toolkits.access is the one reader).
     use = models.CharField(max_length=10, choices=Use.choices, default=Use.EVERYONE)
     use_groups = models.ManyToManyField("auth.Group", blank=True, related_name="usable_toolkits")

@@ -133,7 +133,7 @@ def egress_for(toolkit: Toolkit) -> Iterator[tuple[Sequence[tuple[Path, str]], d
     """For a toolkit with an egress grant: a filtering proxy for the length of one run, on a
     UNIX socket that is bound into the sandbox. Yields (extra_binds, request field, handle),
     or empty values when the toolkit has no grant (the sandbox then has no network)."""
-    if not toolkit.egress_granted:
+    if not toolkit.egress_granted or toolkit.egress_held_hosts:
         yield (), None, None
         return
     policy = EgressPolicy(

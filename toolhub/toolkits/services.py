@@ -213,7 +213,9 @@ def toolkit_set_egress(*, toolkit: Toolkit, granted: bool, hosts: list[str], by:
     toolkit.egress_hosts = sorted(set(cleaned)) if granted else []
     toolkit.egress_granted_by = by if granted else None
     toolkit.egress_granted_at = timezone.now() if granted else None
-    toolkit.save(update_fields=["egress_granted", "egress_hosts", "egress_granted_by", "egress_granted_at"])
+    # Granting (or updating) confirms the grant for the current code; withdrawing forgets it.
+    toolkit.egress_held_hosts = []
+    toolkit.save(update_fields=["egress_granted", "egress_hosts", "egress_granted_by", "egress_granted_at", "egress_held_hosts"])
     return toolkit
 
 
