@@ -296,18 +296,27 @@ def _run_target_command() -> str:
 
 def test_make_run_does_not_turn_debug_on():
     assert "DEBUG" not in _run_target_command()
+    assert "DEBUG" not in (REPO / "scripts" / "serve.py").read_text()
 
 
 def test_the_production_server_serves_static_files_and_styled_errors_with_debug_off(tmp_path):
-    """What `make run` starts (gunicorn, DEBUG unset): static files come from whitenoise and an
+    """What `make run` starts (its web server, DEBUG unset): static files come from whitenoise and an
     unknown page is the styled 404, not Django's technical page."""
     data = Path("/tmp") / f"th-hardening-web-{os.getpid()}"
     subprocess.run(["rm", "-rf", str(data)], check=True)
     port = _free_port()
     env = _fresh_env(data)
     subprocess.run([PY, "manage.py", "migrate", "--noinput"], cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+    # The web server exactly as `make run` starts it (scripts/serve.py), DEBUG unset.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("toolhub_serve", REPO / "scripts" / "serve.py")
+    serve = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve)
+    web = serve.commands(PY, port, data)["web"]
+    assert "DEBUG" not in " ".join(web)
     server = subprocess.Popen(
-        [str(Path(PY).parent / "gunicorn"), "toolhub.wsgi", "-b", f"127.0.0.1:{port}", "-w", "1"],
+        web,
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     try:
