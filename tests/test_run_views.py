@@ -366,6 +366,24 @@ def test_the_invoker_answers_a_confirmation(client, toolkit, carol, answer, valu
     assert invocation.call_answer == {"value": value}
 
 
+def test_once_answered_the_page_says_the_answer_was_sent_and_shows_no_dialog(client, toolkit, carol):
+    invocation = _waiting(toolkit, carol)
+    client.force_login(carol)
+    html = client.post(f"/invocations/{invocation.id}/respond/", {"answer": "confirm"}, HTTP_HX_REQUEST="true").content.decode()
+    assert "<dialog" not in html
+    assert 'id="answer-sent"' in html and "Answer sent; waiting for the tool…" in html
+    # Still so on the next poll, until the worker has taken the answer.
+    html = page(client, carol, f"/invocations/{invocation.id}/live/").content.decode()
+    assert "Answer sent; waiting for the tool…" in html and "<dialog" not in html
+
+
+def test_the_dialog_is_named_and_described_by_the_question(client, toolkit, carol):
+    invocation = _waiting(toolkit, carol)
+    dialog = page(client, carol, f"/invocations/{invocation.id}/").content.decode().split("<dialog")[1].split("</dialog>")[0]
+    assert 'aria-labelledby="ask-title"' in dialog and 'aria-describedby="ask-message"' in dialog
+    assert '<p id="ask-message">Delete it?</p>' in dialog
+
+
 def test_the_invoker_answers_an_input_without_htmx(client, toolkit, carol):
     invocation = _waiting(toolkit, carol, "input")
     client.force_login(carol)

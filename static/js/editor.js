@@ -81,6 +81,8 @@
         CM.EditorView.contentAttributes.of({
           "aria-labelledby": label.id,
           "aria-describedby": help.id,
+          // Explicit, so checkers see that the scrolling box holds something focusable.
+          tabindex: "0",
           spellcheck: "false",
           autocapitalize: "off",
           autocorrect: "off",

@@ -32,6 +32,23 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 SHOTS = Path(os.environ.get("TOOLHUB_SHOTS_DIR", "/tmp/toolhub-shots"))
+# axe-core (vendored by scripts/vendor-js) checks every page a test opens, once it has
+# loaded: a serious or critical violation is reported as a console error, which fails the
+# test like any script error does. Injected by Playwright, so the pages never ship it.
+AXE = Path(__file__).with_name("vendor") / "axe.min.js"
+AXE_CHECK = """
+window.addEventListener("load", function () {
+  if (window.top !== window || !window.axe) { return; }
+  window.__axeDone = window.axe.run(document, { resultTypes: ["violations"] }).then(function (result) {
+    var bad = result.violations.filter(function (v) { return v.impact === "serious" || v.impact === "critical"; });
+    bad.forEach(function (v) {
+      var where = v.nodes.slice(0, 3).map(function (n) { return n.target.join(" "); }).join(" | ");
+      console.error("axe " + v.impact + " " + v.id + " on " + location.pathname + ": " + v.help + " [" + where + "]");
+    });
+    return bad.length;
+  });
+});
+"""
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -79,6 +96,7 @@ def page(browser: Browser, live_server, request) -> Iterator[Page]:
             route.continue_()
 
     context.route("**/*", only_live_server)
+    context.add_init_script(script=AXE.read_text() + AXE_CHECK)
     tab = context.new_page()
     errors: list[str] = []
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -92,6 +110,12 @@ def page(browser: Browser, live_server, request) -> Iterator[Page]:
     )
     yield tab
     report = getattr(request.node, "report_call", None)
+    if report is not None and report.passed:
+        # Let the accessibility check of the last page finish before judging the console.
+        try:
+            tab.evaluate("window.__axeDone || 0")
+        except Exception as exc:  # noqa: BLE001 - a page that is gone has nothing left to check
+            print(f"could not wait for axe: {exc}")
     failure_shot = SHOTS / f"FAILED-{_safe_name(request.node.nodeid)}.png"
     if report is not None and report.failed:
         SHOTS.mkdir(parents=True, exist_ok=True)

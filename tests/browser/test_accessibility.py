@@ -1,0 +1,70 @@
+"""axe-core on every page of the dashboard (besides the check every browser test gets on each
+page it opens, see conftest.py), and the skip link."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from toolhub.runs.models import Event, Invocation, RunStatus
+
+pytestmark = [pytest.mark.browser, pytest.mark.sandbox]
+
+SERIOUS = """() => window.__axeDone.then(() => window.axe.run(document)).then(r => r.violations
+  .filter(v => v.impact === "serious" || v.impact === "critical")
+  .map(v => v.id + ": " + v.help + " " + v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(" | ")))"""
+
+
+def _violations(page: Page, url: str) -> list[str]:
+    page.goto(url)
+    page.wait_for_function("() => window.__axeDone !== undefined")
+    return page.evaluate(SERIOUS)
+
+
+@pytest.fixture
+def ready(alice, ready_toolkit):
+    from tests.conftest import example
+
+    return ready_toolkit(alice, example("library_lookup"))
+
+
+def test_every_page_has_no_serious_or_critical_violations(page: Page, login, admin, alice, ready) -> None:
+    done = Invocation.objects.create(
+        toolkit=ready, revision=ready.current_revision, tool="lookup", user=admin,
+        arguments={"word": "valve"}, status=RunStatus.SUCCEEDED, result="valve: a setting", result_type="text",
+    )
+    Event.objects.create(invocation=done, seq=1, type="status", data={"description": "Looking up", "done": True})
+    Event.objects.create(invocation=done, seq=2, type="message", data={"content": "Found **one**"})
+    waiting = Invocation.objects.create(
+        toolkit=ready, revision=ready.current_revision, tool="lookup", user=admin, arguments={"word": "x"},
+        status=RunStatus.AWAITING_INPUT, pending_call={"type": "input", "data": {"title": "Which?", "message": "Pick one"}},
+    )
+    anonymous = ["/accounts/login/"]
+    slug = ready.slug
+    signed_in = [
+        "/toolkits/", "/toolkits/new/", f"/toolkits/{slug}/", f"/toolkits/{slug}/tools/",
+        f"/toolkits/{slug}/source/", f"/toolkits/{slug}/edit/", f"/toolkits/{slug}/revisions/",
+        f"/toolkits/{slug}/upload/", f"/toolkits/{slug}/environment/", f"/toolkits/{slug}/valves/",
+        f"/toolkits/{slug}/settings/", f"/toolkits/{slug}/translations/", f"/toolkits/{slug}/delete/",
+        "/packages/", "/history/", "/account/tokens/", f"/invocations/{done.id}/", f"/invocations/{waiting.id}/",
+        "/toolkits/no-such-toolkit/",
+    ]
+    found = {url: _violations(page, url) for url in anonymous}
+    login(admin)
+    found.update({url: _violations(page, url) for url in signed_in})
+    bad = {url: problems for url, problems in found.items() if problems}
+    assert not bad, "\n".join(f"{url}: {p}" for url, problems in bad.items() for p in problems)
+
+
+def test_the_skip_link_is_the_first_stop_and_jumps_to_the_content(page: Page, login, alice) -> None:
+    login(alice)
+    page.goto("/toolkits/")
+    page.keyboard.press("Tab")
+    skip = page.get_by_role("link", name="Skip to content")
+    expect(skip).to_be_focused()
+    expect(skip).to_be_in_viewport()
+    page.keyboard.press("Enter")
+    expect(page.locator("main#main")).to_be_focused()
+    # The next Tab lands inside the content, not back in the top bar.
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.querySelector('main').contains(document.activeElement)")
