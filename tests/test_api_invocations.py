@@ -211,6 +211,7 @@ def test_a_broker_that_is_down_answers_503_and_leaves_nothing_queued(client, too
         ("post", "/api/v1/toolkits/{slug}/tools/reverse_string/invoke"),
         ("get", "/api/v1/invocations/{id}"),
         ("post", "/api/v1/invocations/{id}/respond"),
+        ("post", "/api/v1/invocations/{id}/cancel"),
     ],
 )
 def test_anonymous_callers_get_401(client, toolkit, alice, method, path):
@@ -315,3 +316,61 @@ def test_answering_when_nothing_waits_is_409(client, toolkit, carol, status):
     assert set(error) == {"message", "field", "line"} and "not waiting" in error["message"]
     invocation.refresh_from_db()
     assert invocation.call_answer is None
+
+
+# -- Cancelling (POST /invocations/{id}/cancel) -------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.AWAITING_INPUT])
+def test_the_invoker_cancels_an_unfinished_invocation(client, toolkit, carol, status):
+    invocation = made_invocation(toolkit, carol, status=status, pending_call={"type": "confirmation", "data": {}})
+    response = client.post(f"/api/v1/invocations/{invocation.id}/cancel", **bearer(carol))
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["status"], body["error"]) == ("failed", "Cancelled by carol.")
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.error) == (RunStatus.FAILED, "Cancelled by carol.")
+    assert invocation.finished_at is not None and invocation.pending_call is None
+
+
+def test_an_admin_cancels_anyones_invocation(client, toolkit, carol, admin):
+    invocation = made_invocation(toolkit, carol, status=RunStatus.RUNNING)
+    response = client.post(f"/api/v1/invocations/{invocation.id}/cancel", **bearer(admin))
+    assert response.status_code == 200
+    assert response.json()["error"] == "Cancelled by admin."
+
+
+def test_nobody_else_may_cancel(client, toolkit, carol, bob, alice):
+    invocation = made_invocation(toolkit, carol, status=RunStatus.RUNNING)
+    # bob cannot see carol's run at all; alice owns the toolkit, which does not make the run hers.
+    assert client.post(f"/api/v1/invocations/{invocation.id}/cancel", **bearer(bob)).status_code == 404
+    response = client.post(f"/api/v1/invocations/{invocation.id}/cancel", **bearer(alice))
+    assert response.status_code in (403, 404)
+    invocation.refresh_from_db()
+    assert invocation.status == RunStatus.RUNNING and invocation.error == ""
+
+
+def test_a_finished_invocation_cannot_be_cancelled(client, toolkit, carol):
+    invocation = made_invocation(toolkit, carol, status=RunStatus.SUCCEEDED, result="cba", result_type="text")
+    response = client.post(f"/api/v1/invocations/{invocation.id}/cancel", **bearer(carol))
+    assert response.status_code == 409
+    assert "already finished" in response.json()["errors"][0]["message"]
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "cba")
+
+
+def test_cancel_rejects_get_and_unknown_ids(client, toolkit, carol):
+    invocation = made_invocation(toolkit, carol, status=RunStatus.RUNNING)
+    assert client.get(f"/api/v1/invocations/{invocation.id}/cancel", **bearer(carol)).status_code == 405
+    assert client.post(f"/api/v1/invocations/{uuid.uuid4()}/cancel", **bearer(carol)).status_code == 404
+    assert client.post("/api/v1/invocations/not-a-uuid/cancel", **bearer(carol)).status_code == 404
+
+
+def test_a_cancelled_queued_invocation_is_never_run(client, toolkit, carol):
+    from toolhub.runs import engine
+
+    invocation = made_invocation(toolkit, carol, status=RunStatus.QUEUED)
+    client.post(f"/api/v1/invocations/{invocation.id}/cancel", **bearer(carol))
+    engine.run(str(invocation.id))  # what a worker that picks it up later does
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.error, invocation.started_at) == (RunStatus.FAILED, "Cancelled by carol.", None)

@@ -83,7 +83,7 @@ def test_the_tools_tab_lists_each_tool_with_a_parameter_table(client, toolkit, c
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert 'id="tool-reverse_string"' in html and 'id="tool-ping"' in html
+    assert 'id="tool-reverse_string"' in html
     assert "Reverses the input string." in html
     table = html.split('class="table params"')[1].split("</table>")[0]
     for name, kind in [("string", "string"), ("times", "integer"), ("loud", "boolean"), ("tags", "list of string")]:
@@ -93,7 +93,26 @@ def test_the_tools_tab_lists_each_tool_with_a_parameter_table(client, toolkit, c
     assert '<code>string</code> <span class="req"' in table
     assert '<code>times</code> <span class="req"' not in table
     assert "The string to reverse" in table
-    assert "This tool takes no parameters." in html
+    # One tool is open at a time; the others are in the list, a click (a deep link) away.
+    assert 'id="tool-ping"' not in html
+    assert 'href="?tool=ping"' in html and 'href="?tool=reverse_string" aria-current="true"' in html
+    ping = page(client, carol, f"{tools_url(toolkit)}?tool=ping").content.decode()
+    assert 'id="tool-ping"' in ping and 'id="tool-reverse_string"' not in ping
+    assert "This tool takes no parameters." in ping
+
+
+def test_the_tool_list_is_searched_on_the_server_without_javascript(client, toolkit, carol):
+    html = page(client, carol, f"{tools_url(toolkit)}?q=PING").content.decode()
+    entries = html.split('id="tool-entries"')[1].split("</ul>")[0]
+    assert "?tool=ping" in entries and "?tool=reverse_string" not in entries
+    assert 'id="tool-ping"' in html
+    nothing = page(client, carol, f"{tools_url(toolkit)}?q=zzz").content.decode()
+    assert "No tool matches the search." in nothing and "run-form" not in nothing
+
+
+def test_an_unknown_tool_in_the_address_opens_the_first_one(client, toolkit, carol):
+    html = page(client, carol, f"{tools_url(toolkit)}?tool=nope").content.decode()
+    assert 'id="tool-reverse_string"' in html
 
 
 def test_the_run_form_comes_from_the_schema_with_required_marked_and_defaults_prefilled(client, toolkit, carol):
@@ -170,10 +189,59 @@ def test_good_input_creates_the_invocation_and_redirects_to_its_page(client, too
     })
 
     invocation = Invocation.objects.get()
-    assert response.status_code == 302 and response["Location"] == f"/invocations/{invocation.id}/"
+    # The run's deep link in the playground.
+    assert response.status_code == 302
+    assert response["Location"] == f"{tools_url(toolkit)}?tool=reverse_string&run={invocation.id}"
     assert invocation.arguments == {"string": "abc", "times": 2, "mode": "fancy", "loud": False, "tags": ["x"]}
     assert invocation.messages == [{"role": "user", "content": "hi"}]
     assert (invocation.user, invocation.status) == (carol, RunStatus.QUEUED)
+
+
+def test_running_from_the_playground_answers_with_the_panel_and_the_runs_address(client, toolkit, carol):
+    client.force_login(carol)
+    response = client.post(run_url(toolkit), {"reverse_string__string": "abc"}, HTTP_HX_REQUEST="true")
+    invocation = Invocation.objects.get()
+    assert response.status_code == 200
+    assert response["HX-Push-Url"] == f"{tools_url(toolkit)}?tool=reverse_string&run={invocation.id}"
+    panel = response.content.decode().split('id="tool-panel"')[1]
+    assert 'id="tool-reverse_string"' in panel
+    assert f'hx-get="/invocations/{invocation.id}/live/"' in panel
+    # The form keeps what was typed, for the next run.
+    assert 'value="abc"' in panel.split('name="reverse_string__string"')[1].split(">")[0]
+
+
+def test_refused_input_in_the_playground_answers_400_with_the_errors_in_the_panel(client, toolkit, carol):
+    client.force_login(carol)
+    response = client.post(run_url(toolkit), {"reverse_string__times": "9"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 400
+    assert "HX-Push-Url" not in response
+    assert 'id="tool-panel"' in response.content.decode() and 'class="errorlist' in response.content.decode()
+    assert Invocation.objects.count() == 0
+
+
+def test_a_run_deep_link_shows_the_run_beside_its_tool(client, toolkit, carol, bob, admin):
+    invocation = made(toolkit, carol, status=RunStatus.SUCCEEDED, result="cba", result_type="text")
+    url = f"{tools_url(toolkit)}?run={invocation.id}"
+    html = page(client, carol, url).content.decode()
+    panel = html.split('id="run-panel"')[1]
+    assert '<pre class="result" id="result">cba</pre>' in panel
+    assert f'href="/invocations/{invocation.id}/"' in panel
+    assert 'id="tool-reverse_string"' in html
+    assert page(client, admin, url).status_code == 200
+    # Someone else's run is not there for another user, nor under another toolkit.
+    assert page(client, bob, url).status_code == 404
+    assert page(client, carol, f"{tools_url(toolkit)}?run=not-a-uuid").status_code == 404
+
+
+def test_a_run_deep_link_query_count_does_not_grow_with_recent_runs_or_events(client, toolkit, carol):
+    client.force_login(carol)
+    run = made(toolkit, carol, status=RunStatus.SUCCEEDED, result={"a": [1, 2]}, result_type="json")
+    events(run, ("status", {"description": "one", "done": True}))
+    few = _count_queries(client, f"{tools_url(toolkit)}?run={run.id}")
+    for i in range(6):
+        made(toolkit, carol, arguments={"string": str(i)})
+    Event.objects.create(invocation=run, seq=2, type="message", data={"content": "**more**"})
+    assert _count_queries(client, f"{tools_url(toolkit)}?run={run.id}") == few
 
 
 def test_running_a_toolkit_that_stopped_being_ready_says_why(client, toolkit, carol):
@@ -250,7 +318,11 @@ def test_the_page_and_fragment_show_statuses_citations_and_the_result(client, to
 
     assert response.status_code == 200
     html = response.content.decode()
-    assert '<li class="pending">Looking up</li><li class="done">1 found</li>' in html
+    # A finished run shows its last status line as its state, the list on demand, and no
+    # line of it is left pending ("…"): the earlier one that never said done was overtaken.
+    assert '<p class="status-current done" id="status-current">1 found</p>' in html
+    assert '<li class="overtaken">Looking up</li><li class="done">1 found</li>' in html
+    assert 'class="pending' not in html and "2 status lines" in html
     assert "a hidden line" not in html
     assert "Hello world" in html
     card = html.split('class="citation card"')[1].split("</article>")[0]
@@ -520,7 +592,7 @@ def test_a_real_lookup_run_from_the_form_shows_its_status_lines_citation_and_res
     client.force_login(alice)
     response = client.post(run_url(toolkit, "lookup"), {"lookup__word": "valve", "lookup__exact": "on"})
     invocation = Invocation.objects.get()
-    assert response["Location"] == f"/invocations/{invocation.id}/"
+    assert response["Location"] == f"/toolkits/{toolkit.slug}/tools/?tool=lookup&run={invocation.id}"
 
     run_invocation.run(str(invocation.id))  # what the worker does
 
@@ -529,3 +601,57 @@ def test_a_real_lookup_run_from_the_form_shows_its_status_lines_citation_and_res
     assert "Glossary: valve" in html and 'href="https://example.org/glossary#valve"' in html
     assert "valve: A setting of a toolkit" in html.split('id="result"')[1]
     assert 'data-status="succeeded"' in html
+
+
+# Cancelling from the page
+# ------------------------------------------------------------------------------
+
+
+def test_the_invoker_cancels_from_the_page(client, toolkit, carol):
+    invocation = made(toolkit, carol, status=RunStatus.RUNNING)
+    html = page(client, carol, f"/invocations/{invocation.id}/live/").content.decode()
+    assert f'hx-post="/invocations/{invocation.id}/cancel/"' in html and "Cancel run" in html
+    response = client.post(f"/invocations/{invocation.id}/cancel/", HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'data-status="failed"' in html and "Cancelled by carol." in html and "Cancel run" not in html
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.error) == (RunStatus.FAILED, "Cancelled by carol.")
+
+
+def test_cancelling_without_htmx_redirects_and_a_finished_run_says_so(client, toolkit, carol):
+    invocation = made(toolkit, carol, status=RunStatus.SUCCEEDED, result="x", result_type="text")
+    client.force_login(carol)
+    response = client.post(f"/invocations/{invocation.id}/cancel/", follow=True)
+    assert response.redirect_chain == [(f"/invocations/{invocation.id}/", 302)]
+    assert "The run had already finished." in response.content.decode()
+    invocation.refresh_from_db()
+    assert invocation.status == RunStatus.SUCCEEDED
+
+
+def test_only_the_invoker_and_admins_may_cancel_from_the_page(client, toolkit, carol, bob, alice, admin):
+    invocation = made(toolkit, carol, status=RunStatus.RUNNING)
+    client.force_login(bob)
+    assert client.post(f"/invocations/{invocation.id}/cancel/").status_code == 404
+    # The toolkit's owner may look at the run but it is not hers to stop.
+    client.force_login(alice)
+    seen = client.get(f"/invocations/{invocation.id}/live/")
+    if seen.status_code == 200:
+        assert "Cancel run" not in seen.content.decode()
+    assert client.post(f"/invocations/{invocation.id}/cancel/").status_code in (403, 404)
+    invocation.refresh_from_db()
+    assert invocation.status == RunStatus.RUNNING
+    client.force_login(admin)
+    assert client.post(f"/invocations/{invocation.id}/cancel/").status_code == 302
+    invocation.refresh_from_db()
+    assert invocation.error == "Cancelled by admin."
+
+
+def test_cancel_rejects_get_and_anonymous_users(client, toolkit, carol):
+    invocation = made(toolkit, carol, status=RunStatus.RUNNING)
+    response = client.post(f"/invocations/{invocation.id}/cancel/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    client.force_login(carol)
+    assert client.get(f"/invocations/{invocation.id}/cancel/").status_code == 405
+    invocation.refresh_from_db()
+    assert invocation.status == RunStatus.RUNNING

@@ -459,6 +459,28 @@ def test_it_stops_a_sleeper_at_the_wall_clock(run_tool) -> None:
     assert 1400 <= outcome.duration_ms < 4000
 
 
+def test_it_stops_a_run_when_it_is_cancelled_from_another_thread(run_tool) -> None:
+    # What the worker's heartbeat does when someone presses Cancel: set the event; the
+    # sandbox and everything in it (the setsid grandchild too) is gone well before the wall.
+    cancel = threading.Event()
+    threading.Timer(1.0, cancel.set).start()
+    outcome = run_tool(
+        """
+        import os, subprocess, sys, time
+
+        class Tools:
+            def go(self) -> str:
+                subprocess.Popen([sys.executable, "-c", "import os, time; os.setsid(); time.sleep(600)"])
+                time.sleep(10**6)
+        """,
+        limits=replace(SMALL, wall_seconds=20),
+        cancel=cancel,
+    )
+    assert (outcome.status, outcome.limit) == ("cancelled", None), outcome
+    assert 900 <= outcome.duration_ms < 6000
+    assert wait_for_no_sandbox_processes(timeout=3.0) == []
+
+
 def test_it_kills_a_setsid_child_that_outlives_the_call(run_tool) -> None:
     outcome = run_tool(
         """

@@ -53,6 +53,7 @@ urlpatterns = [
     path("invocations/<uuid:invocation_id>/", runs.invocation_detail, name="invocation_detail"),
     path("invocations/<uuid:invocation_id>/live/", runs.invocation_live, name="invocation_live"),
     path("invocations/<uuid:invocation_id>/respond/", runs.invocation_respond, name="invocation_respond"),
+    path("invocations/<uuid:invocation_id>/cancel/", runs.invocation_cancel, name="invocation_cancel"),
     path("history/", runs.invocation_history, name="invocation_history"),
     path("packages/", packages.package_queue, name="package_queue"),
     path("packages/decide/", packages.package_decide, name="package_decide"),

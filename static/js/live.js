@@ -57,8 +57,56 @@
     });
   }
 
+  // Copy buttons: each names the element whose text it copies.
+  function copy(button) {
+    var source = document.querySelector(button.getAttribute("data-copy"));
+    if (!source || !navigator.clipboard) {
+      return;
+    }
+    navigator.clipboard.writeText(source.innerText || source.textContent).then(function () {
+      var live = document.getElementById("live");
+      var label = button.textContent;
+      button.textContent = (live && live.getAttribute("data-copied")) || label;
+      setTimeout(function () { button.textContent = label; }, 1500);
+    });
+  }
+
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button.copy");
+    if (button) {
+      copy(button);
+    }
+  });
+
+  // The elapsed time ticks between polls; each poll brings the server's count again.
+  var ticking = null;
+  function tick() {
+    var clock = document.getElementById("elapsed");
+    if (!clock) {
+      clearInterval(ticking);
+      ticking = null;
+      return;
+    }
+    if (!clock.hasAttribute("data-since")) {
+      clock.setAttribute("data-since", String(Date.now() - Number(clock.getAttribute("data-elapsed-ms"))));
+    }
+    clock.textContent = ((Date.now() - Number(clock.getAttribute("data-since"))) / 1000).toFixed(1) + " s";
+  }
+
   function setUp(root) {
     var scope = root && root.querySelectorAll ? root : document;
+    Array.prototype.forEach.call(document.querySelectorAll("button.copy[hidden]"), function (button) {
+      button.hidden = !navigator.clipboard;
+    });
+    if (document.getElementById("elapsed") && ticking === null) {
+      ticking = setInterval(tick, 100);
+    }
+    Array.prototype.forEach.call(openDetails, function (id) {
+      var again = document.getElementById(id);
+      if (again) {
+        again.open = true;
+      }
+    });
     var dialogs = scope.querySelectorAll("dialog.ask");
     Array.prototype.forEach.call(dialogs, openDialog);
     var sent = scope.querySelector ? scope.querySelector("#answer-sent") : null;
@@ -71,7 +119,13 @@
   // A poll replaces the section and whatever had the focus in it; the focus goes back to the
   // element with the same id, else to the run's status line.
   var focusedId = null;
+  // What the reader opened (the status history, the JSON text) stays open across polls.
+  var openDetails = [];
   document.addEventListener("htmx:beforeSwap", function (event) {
+    var target = event.detail.target;
+    if (target && target.querySelectorAll) {
+      openDetails = Array.prototype.map.call(target.querySelectorAll("details[id][open]"), function (d) { return d.id; });
+    }
     var active = document.activeElement;
     focusedId = active && event.detail.target && event.detail.target.contains(active) ? (active.id || "live-status") : null;
   });

@@ -27,13 +27,15 @@ def log_in(page: Page, username: str, password: str | None = None) -> None:
 
 
 def run_tool(page: Page, slug: str, tool: str, **fields: str) -> None:
-    """Open the Tools tab, fill the tool's form by its labels and press Run."""
-    page.goto(f"/toolkits/{slug}/tools/")
+    """Open the tool in the playground, fill its form by its labels and press Run: the run
+    shows beside the form, and the address becomes the run's deep link."""
+    page.goto(f"/toolkits/{slug}/tools/?tool={tool}")
     form = page.locator(f"#tool-{tool} form.run-form")
     for label, value in fields.items():
         form.get_by_label(label).fill(value)
     form.get_by_role("button", name="Run").click()
-    expect(page).to_have_url(re.compile(r"/invocations/[0-9a-f-]{36}/$"))
+    expect(page).to_have_url(re.compile(rf"/toolkits/{slug}/tools/\?tool={tool}&run=[0-9a-f-]{{36}}$"))
+    expect(page.locator("#run-panel #live")).to_have_count(1)
 
 
 def wait_until_finished(page: Page, status: str) -> None:

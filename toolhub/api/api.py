@@ -505,6 +505,18 @@ def respond(request, invocation_id: str, payload: s.RespondIn):
     return invocation_out(invocation, with_events=True)
 
 
+@api.post("/invocations/{invocation_id}/cancel", response={200: s.InvocationOut, **ERRORS}, tags=["invocations"])
+def cancel(request, invocation_id: str):
+    """The invoker and admins end a run: it fails with "Cancelled by <user>." and its sandbox
+    is stopped. 409 when it has already finished, 403 for someone else's run."""
+    invocation = _invocation(request, invocation_id)
+    try:
+        invocation = run_services.invocation_cancel(invocation=invocation, by=request.user)
+    except run_services.InvocationRejected as exc:
+        raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None
+    return invocation_out(invocation, with_events=True)
+
+
 # MODEL CONNECTIONS (admins)
 # ------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from django.utils import timezone
 from toolhub import dbretry
 from toolhub.packages import envbuild as envlib
 from toolhub.runs import notify
-from toolhub.runs.models import Event, Invocation, RunStatus
+from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox.limits import StopRun
 from toolhub.toolkits import sandboxing
@@ -30,6 +30,8 @@ from toolhub.vault.secret_fields import MASK
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 2.0
+# How often a running invocation looks whether it was cancelled (the sandbox is then killed).
+CANCEL_CHECK_SECONDS = 0.5
 # A running invocation whose worker has not beaten for this long is dead.
 DEAD_AFTER_SECONDS = 20.0
 # Host time (event writes, heartbeats) credited to a run beyond its answer budget.
@@ -137,12 +139,15 @@ class Recorder:
         answer = None
         while time.monotonic() < deadline:
             row = dbretry.write(
-                lambda: Invocation.objects.filter(pk=pk).values("call_answer").first(),
+                lambda: Invocation.objects.filter(pk=pk).values("call_answer", "status").first(),
                 what=f"reading the answer for invocation {pk}",
             )
             if row and row["call_answer"] is not None:
                 answer = row["call_answer"]
                 break
+            if row is None or row["status"] in FINISHED:
+                # Cancelled (or reaped) while waiting: the sandbox is about to be killed.
+                return {"kind": "call_result", "call_id": call_id, "error": "the invocation was cancelled"}
             self._heartbeat()
             time.sleep(0.1)
         self.wait_budget -= time.monotonic() - started
@@ -170,6 +175,9 @@ class Heartbeat:
     def __init__(self, invocation_id) -> None:
         self._invocation_id = invocation_id
         self._stopped = threading.Event()
+        # Set once the invocation was ended by someone else (cancelled, or reaped): the
+        # sandbox watches it and is killed.
+        self.cancelled = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{invocation_id}", daemon=True)
 
     def __enter__(self) -> Heartbeat:
@@ -183,14 +191,21 @@ class Heartbeat:
 
     def _beat(self) -> None:
         try:
-            while not self._stopped.wait(HEARTBEAT_SECONDS):
+            last_beat = time.monotonic()
+            while not self._stopped.wait(CANCEL_CHECK_SECONDS):
                 try:
-                    dbretry.write(
-                        lambda: Invocation.objects.filter(
-                            pk=self._invocation_id, status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT]
-                        ).update(heartbeat_at=timezone.now()),
-                        what=f"the heartbeat of invocation {self._invocation_id}",
-                    )
+                    if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
+                        last_beat = time.monotonic()
+                        dbretry.write(
+                            lambda: Invocation.objects.filter(
+                                pk=self._invocation_id, status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT]
+                            ).update(heartbeat_at=timezone.now()),
+                            what=f"the heartbeat of invocation {self._invocation_id}",
+                        )
+                    if not self.cancelled.is_set() and Invocation.objects.filter(
+                        pk=self._invocation_id, status__in=list(FINISHED)
+                    ).exists():
+                        self.cancelled.set()
                 except DatabaseError:
                     # Logged by dbretry with the reason; the connection was dropped, so the
                     # next beat starts on a fresh one.
@@ -236,7 +251,7 @@ def run(invocation_id: str) -> None:
     revision = invocation.revision
     scrub = Scrubber(request, revision)
     try:
-        with Heartbeat(invocation.pk):
+        with Heartbeat(invocation.pk) as heartbeat:
             env_dir = revision_environment(revision)
             with sandboxing.egress_for(invocation.toolkit) as (binds, egress, proxy):
                 request["egress"] = egress
@@ -247,7 +262,7 @@ def run(invocation_id: str) -> None:
                 )
                 outcome = sandboxing.run(
                     revision=revision, env_dir=env_dir, request=request, on_message=Recorder(invocation, scrub),
-                    extra_binds=binds, limits_=limits, warm=True,
+                    extra_binds=binds, limits_=limits, warm=True, cancel=heartbeat.cancelled,
                 )
                 if proxy is not None:
                     report = proxy.stop()

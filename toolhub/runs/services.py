@@ -170,3 +170,31 @@ def invocation_respond(*, invocation: Invocation, value: object) -> None:
     ).update(call_answer={"value": value})
     if not updated:
         raise InvocationRejected(409, [("The invocation is not waiting for an answer.", None)])
+
+
+def can_cancel(*, invocation: Invocation, user: User) -> bool:
+    """The invoker and admins may cancel a run."""
+    return bool(user.is_authenticated and (invocation.user_id == user.pk or (user.is_active and user.is_staff)))
+
+
+def invocation_cancel(*, invocation: Invocation, by: User) -> Invocation:
+    """End an unfinished invocation as failed with "Cancelled by <user>.". Its worker notices
+    within half a second (runs.engine.Heartbeat) and kills the sandbox; a queued one is never
+    started. Raises InvocationRejected (403 for someone else's run, 409 when it has already
+    finished) and returns the invocation as it is now."""
+    if not can_cancel(invocation=invocation, user=by):
+        raise InvocationRejected(403, [("Only the person who started the run and admins may cancel it.", None)])
+    ended = (
+        Invocation.objects.filter(pk=invocation.pk)
+        .exclude(status__in=list(FINISHED))
+        .update(
+            status=RunStatus.FAILED,
+            error=f"Cancelled by {by.get_username()}.",
+            finished_at=timezone.now(),
+            pending_call=None,
+        )
+    )
+    invocation.refresh_from_db()
+    if not ended:
+        raise InvocationRejected(409, [("The invocation has already finished.", None)])
+    return invocation

@@ -1,18 +1,22 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import can_manage_toolkit, is_admin, require_admin
-from toolhub.runs import selectors, services
+from toolhub.runs import rendering, selectors, services
 from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.runs.selectors import get_invocation_for_user, parse_invocation_id
 from toolhub.toolkits import schema_forms
@@ -28,11 +32,14 @@ HISTORY_PAGE = 25
 MAX_LOG_DEPTH = 12
 
 
-def _tool_forms(revision, *, data=None, errors_for=None, values_for=None) -> list[dict]:
+def _tool_forms(revision, *, data=None, errors_for=None, values_for=None, only: str | None = None) -> list[dict]:
+    """The run forms of the revision's tools (of the one named `only`, when given)."""
     tools = []
     for spec in (revision.tools if revision else []) or []:
         function = spec.get("function", {})
         name = function.get("name", "")
+        if only is not None and name != only:
+            continue
         schema = function.get("parameters") or {"type": "object", "properties": {}}
         values = (values_for or {}).get(name)
         errors = (errors_for or {}).get(name, {})
@@ -102,19 +109,71 @@ def _type_label(prop: dict, root: dict, depth: int = 0) -> str:
 @login_required
 @require_GET
 def toolkit_tools(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
+    """The playground: the toolkit's tools in a searchable list, one open with its form, and
+    its run live beside it. `?tool=` opens a tool, `?run=` shows one of its runs (deep links);
+    `?again=` fills the form from an earlier run."""
     toolkit = get_toolkit_for_user(user=request.user, slug=slug)
-    ctx = detail_context(request, toolkit, "tools")
-    again = request.GET.get("again")
+    run = None
+    if request.GET.get("run"):
+        run = get_invocation_for_user(user=request.user, invocation_id=parse_invocation_id(request.GET["run"]))
+        if run.toolkit_id != toolkit.pk:
+            raise Http404
     values_for = {}
+    open_tool = request.GET.get("tool") or None
+    again = request.GET.get("again")
     if again:
         previous = Invocation.objects.filter(pk=parse_invocation_id(again), toolkit=toolkit).first()
         if previous is not None and (is_admin(request.user) or previous.user_id == request.user.pk):
             values_for[previous.tool] = previous.arguments
-    ctx["tools"] = _tool_forms(ctx["revision"], values_for=values_for)
-    ctx["recent"] = _recent(request, toolkit)
-    if ctx["revision"] and ctx["revision"].status != "ready":
+            open_tool = open_tool or previous.tool
+    return _playground(request, toolkit, run=run, open_tool=open_tool, values_for=values_for)
+
+
+def _tool_entries(revision) -> list[dict]:
+    entries = []
+    for spec in (revision.tools if revision else []) or []:
+        function = spec.get("function", {}) if isinstance(spec, dict) else {}
+        entries.append({"name": str(function.get("name", "")), "description": str(function.get("description", ""))})
+    return entries
+
+
+def _playground(
+    request: AuthenticatedHttpRequest, toolkit, *, run: Invocation | None = None, open_tool: str | None = None,
+    data=None, errors_for=None, values_for=None, status: int = 200,
+) -> HttpResponse:
+    ctx = detail_context(request, toolkit, "tools")
+    revision = ctx["revision"]
+    entries = _tool_entries(revision)
+    query = request.GET.get("q", "").strip()[:100]
+    if query:
+        # Without JavaScript the list is filtered here; static/js/playground.js filters as one types.
+        entries = [e for e in entries if query.lower() in (e["name"] + " " + e["description"]).lower()]
+    names = [e["name"] for e in entries]
+    values_for = dict(values_for or {})
+    if run is not None:
+        open_tool = run.tool
+        values_for.setdefault(run.tool, run.arguments)
+    if open_tool not in names:
+        open_tool = names[0] if names else None
+    ctx.update(
+        entries=entries,
+        query=query,
+        open_tool=open_tool,
+        tools=_tool_forms(revision, data=data, errors_for=errors_for, values_for=values_for, only=open_tool) if open_tool else [],
+        recent=_recent(request, toolkit),
+        run=run,
+    )
+    if run is not None:
+        ctx.update(_invocation_context(request, run))
+        ctx["toolkit"] = toolkit
+    if revision and revision.status != "ready":
         ctx["not_ready"] = services.not_ready_reason(toolkit)
-    return render(request, "runs/tools.html", ctx)
+    return render(request, "runs/tools.html", ctx, status=status)
+
+
+def _playground_url(toolkit, tool: str, run: Invocation | None = None) -> str:
+    query = {"tool": tool, **({"run": str(run.id)} if run is not None else {})}
+    return f"{reverse('toolkit_tools', args=[toolkit.slug])}?{urlencode(query)}"
 
 
 def _recent(request, toolkit):
@@ -163,11 +222,16 @@ def tool_run(request: AuthenticatedHttpRequest, slug: str, tool: str) -> HttpRes
                 messages.error(request, exc.errors[0][0])
                 return redirect("toolkit_tools", slug=toolkit.slug)
         else:
-            return redirect(invocation)
-    ctx = detail_context(request, toolkit, "tools")
-    ctx["tools"] = _tool_forms(revision, data=request.POST, errors_for={tool: errors}, values_for={tool: arguments})
-    ctx["recent"] = _recent(request, toolkit)
-    return render(request, "runs/tools.html", ctx, status=400)
+            url = _playground_url(toolkit, tool, invocation)
+            if not request.headers.get("HX-Request"):
+                return redirect(url)
+            # The playground swaps in its panel from this page and shows the run's address.
+            response = _playground(request, toolkit, run=invocation)
+            response["HX-Push-Url"] = url
+            return response
+    return _playground(
+        request, toolkit, open_tool=tool, data=request.POST, errors_for={tool: errors}, values_for={tool: arguments}, status=400
+    )
 
 
 def _invocation_context(request: HttpRequest, invocation: Invocation) -> dict:
@@ -195,14 +259,27 @@ def _invocation_context(request: HttpRequest, invocation: Invocation) -> dict:
         else:
             others.append(event)
     tree = _log_tree(logs)
-    result_text = None
+    elapsed_ms = None
+    if not invocation.is_finished:
+        since = invocation.started_at or invocation.created_at
+        elapsed_ms = max(int((timezone.now() - since).total_seconds() * 1000), 0)
+    result_text = result_tree = None
     if invocation.result is not None:
-        result_text = invocation.result if invocation.result_type == "text" and isinstance(invocation.result, str) else json.dumps(invocation.result, indent=2, ensure_ascii=False)
+        if invocation.result_type == "text" and isinstance(invocation.result, str):
+            result_text = invocation.result
+        else:
+            result_text = json.dumps(invocation.result, indent=2, ensure_ascii=False)
+            if isinstance(invocation.result, dict | list):
+                result_tree = rendering.json_tree(invocation.result)
     return {
         "invocation": invocation,
         "toolkit": invocation.toolkit,
         "statuses": statuses,
+        # The latest status line is the run's state; the earlier ones are its history.
+        "current_status": statuses[-1] if statuses else None,
         "message_text": message_text,
+        "message_html": rendering.render_markdown(message_text) if message_text else "",
+        "result_tree": result_tree,
         "citations": citations,
         "notifications": notifications,
         "log_tree": tree,
@@ -212,9 +289,12 @@ def _invocation_context(request: HttpRequest, invocation: Invocation) -> dict:
         "show_traceback": can_manage_toolkit(request.user, invocation.toolkit),
         # Only the invoker answers; an admin looking on sees the question without the form.
         "can_respond": invocation.user_id == request.user.pk,
+        "can_cancel": services.can_cancel(invocation=invocation, user=request.user),
         # The launcher reports kilobytes; filesizeformat wants bytes.
         "max_rss_bytes": invocation.max_rss_kb * 1024 if invocation.max_rss_kb else None,
         "live": not invocation.is_finished,
+        "elapsed_ms": elapsed_ms,
+        "elapsed_seconds": f"{elapsed_ms / 1000:.1f}" if elapsed_ms is not None else "",
     }
 
 
@@ -327,6 +407,26 @@ def invocation_respond(request: AuthenticatedHttpRequest, invocation_id) -> Http
         # The fragment replaces the dialog, so the problem (say, the call timed out
         # meanwhile) is shown in it rather than on some later page.
         invocation.refresh_from_db()
+        ctx = _invocation_context(request, invocation)
+        ctx["respond_error"] = problem
+        return render(request, "runs/_live.html", ctx)
+    if problem:
+        messages.error(request, problem)
+    return redirect(invocation)
+
+
+@login_required
+@require_POST
+def invocation_cancel(request: AuthenticatedHttpRequest, invocation_id) -> HttpResponse:
+    invocation = get_invocation_for_user(user=request.user, invocation_id=invocation_id)
+    problem = ""
+    try:
+        invocation = services.invocation_cancel(invocation=invocation, by=request.user)
+    except services.InvocationRejected as exc:
+        if exc.status == 403:
+            raise PermissionDenied(_("Only the person who started the run and admins may cancel it.")) from None
+        problem = _("The run had already finished.")
+    if request.headers.get("HX-Request"):
         ctx = _invocation_context(request, invocation)
         ctx["respond_error"] = problem
         return render(request, "runs/_live.html", ctx)

@@ -128,6 +128,7 @@ import resource
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -507,8 +508,12 @@ def run_sandboxed(
     cgroup_root: Path | None = DEFAULT_CGROUP_ROOT,
     uid_pool: UidPool | None = None,
     owned_paths: Sequence[Path] = (),
+    cancel: threading.Event | None = None,
 ) -> SandboxOutcome:
     """Run ``argv`` in a new sandbox, exchange JSON lines with it, and say how it ended.
+
+    Setting ``cancel`` (from another thread) kills the sandbox within a fraction of a second;
+    the outcome's status is then "cancelled".
 
     ``owned_paths`` are handed to this run's uid before bubblewrap starts (chowned to it): the
     per-run egress socket (0600) and its directory (0700), so no other account can use them.
@@ -532,6 +537,7 @@ def run_sandboxed(
                 argv=argv,
                 cgroup_root=cgroup_root,
                 owned_paths=owned_paths,
+                cancel=cancel,
             )
     identity = _resolve_identity(bwrap=bwrap, sandbox_user=sandbox_user)
     return _run(
@@ -547,6 +553,7 @@ def run_sandboxed(
         argv=argv,
         cgroup_root=cgroup_root,
         owned_paths=owned_paths,
+        cancel=cancel,
     )
 
 
@@ -564,6 +571,7 @@ def _run(
     argv: Sequence[str],
     cgroup_root: Path | None,
     owned_paths: Sequence[Path] = (),
+    cancel: threading.Event | None = None,
 ) -> SandboxOutcome:
     source = Path(source_path).read_bytes()
     if identity.switch:
@@ -620,7 +628,7 @@ def _run(
             fds.remove(fd)
             os.close(fd)
         cgroups.close_fds()
-        session = Session(process=process, status_fd=status_read, limits=limits, on_message=on_message)
+        session = Session(process=process, status_fd=status_read, limits=limits, on_message=on_message, cancel=cancel)
         session.send(request_line)
         session.run()
         duration_ms = int((time.monotonic() - started) * 1000)

@@ -11,6 +11,7 @@ import select
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from toolhub.sandbox.limits import FINAL_KINDS, Limits, StopRun
 
 _READ_CHUNK = 1 << 16
 
+# How often a run that can be cancelled looks whether it was.
+CANCEL_CHECK_SECONDS = 0.2
 # How long bubblewrap gets to exit after the command was killed before it is killed too.
 _KILL_PATIENCE = 2.0
 
@@ -50,8 +53,12 @@ class Session:
         status_fd: int,
         limits: Limits,
         on_message: Callable[[dict], dict | None],
+        cancel: threading.Event | None = None,
     ) -> None:
         assert process.stdin and process.stdout and process.stderr
+        # Set from another thread (the worker's heartbeat) when the run is cancelled: the loop
+        # looks at it at least every CANCEL_CHECK_SECONDS and kills the sandbox.
+        self.cancel = cancel
         self.process = process
         self.limits = limits
         self.on_message = on_message
@@ -127,7 +134,9 @@ class Session:
             if self.exited_at is not None:
                 pass
             elif self.killed_at is None:
-                if now >= self.deadline:
+                if self.cancel is not None and self.cancel.is_set():
+                    self.kill("cancelled")
+                elif now >= self.deadline:
                     self.kill("wall_time")
                 elif self.final_at is not None and now - self.final_at > self.limits.exit_grace_seconds:
                     self.kill("exit_grace")
@@ -154,6 +163,8 @@ class Session:
         wake = self.deadline
         if self.final_at is not None:
             wake = min(wake, self.final_at + self.limits.exit_grace_seconds)
+        if self.cancel is not None:
+            wake = min(wake, now + CANCEL_CHECK_SECONDS)
         return max(wake - now, 0)
 
     def _handle(self, name: str) -> None:
@@ -392,6 +403,8 @@ def classify(
     hit += [name for mark, name in _ERROR_MARKS if mark in error_text]
     hit = list(dict.fromkeys(hit))
 
+    if state.killed_for == "cancelled":
+        return "cancelled", None, tuple(hit)
     if state.killed_for == "wall_time":
         return "timed_out", "wall_time", tuple(hit)
     if limit_kill:

@@ -237,12 +237,13 @@ class WarmSandbox:
         request: dict,
         limits: Limits,
         on_message: Callable[[dict], dict | None],
+        cancel: threading.Event | None = None,
     ) -> SandboxOutcome:
         if self.busy or self.retired:
             raise RuntimeError("a warm sandbox serves one call at a time, and none once retired")
         self.busy = True
         try:
-            return self._call(source=source, request=request, limits=limits, on_message=on_message)
+            return self._call(source=source, request=request, limits=limits, on_message=on_message, cancel=cancel)
         finally:
             self.busy = False
             self.calls += 1
@@ -260,7 +261,13 @@ class WarmSandbox:
         )
 
     def _call(
-        self, *, source: bytes, request: dict, limits: Limits, on_message: Callable[[dict], dict | None]
+        self,
+        *,
+        source: bytes,
+        request: dict,
+        limits: Limits,
+        on_message: Callable[[dict], dict | None],
+        cancel: threading.Event | None = None,
     ) -> SandboxOutcome:
         started = time.monotonic()
         request_line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
@@ -302,6 +309,7 @@ class WarmSandbox:
                 pidfd=pidfd,
                 limits=limits,
                 on_message=on_message,
+                cancel=cancel,
             )
             ours = []
             session.send(request_line)
@@ -436,10 +444,12 @@ class _CallSession(Session):
         pidfd: int,
         limits: Limits,
         on_message: Callable[[dict], dict | None],
+        cancel: threading.Event | None = None,
     ) -> None:
         self.sandbox = sandbox
         self.limits = limits
         self.on_message = on_message
+        self.cancel = cancel
         self.state = RunState()
         self.bwrap_status: dict = {}
         self.usage = None
@@ -581,13 +591,14 @@ class WarmPool:
         request: dict,
         limits: Limits,
         on_message: Callable[[dict], dict | None],
+        cancel: threading.Event | None = None,
     ) -> SandboxOutcome:
         """Like ``launcher.run_sandboxed`` (no extra binds), on a warm sandbox."""
         source = Path(source_path).read_bytes()
         key = _key(interpreter_env, runtime_dir, limits)
         sandbox = self._take(key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits)
         try:
-            return sandbox.call(source=source, request=request, limits=limits, on_message=on_message)
+            return sandbox.call(source=source, request=request, limits=limits, on_message=on_message, cancel=cancel)
         finally:
             self._give_back(key, sandbox)
 

@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,6 +97,7 @@ def run(
     limits_: sandboxlib.Limits | None = None,
     extra_binds: Sequence[tuple[Path, str]] = (),
     warm: bool = False,
+    cancel: threading.Event | None = None,
 ) -> sandboxlib.SandboxOutcome:
     """Run one request in a sandbox. With ``warm`` (tool calls) and no extra binds (no egress
     grant), on a warm sandbox of this process's pool when warm sandboxes are enabled."""
@@ -108,6 +110,7 @@ def run(
             request=request,
             limits=limits_ or limits(),
             on_message=on_message,
+            cancel=cancel,
         )
     return sandboxlib.run_sandboxed(
         interpreter_env=env_dir,
@@ -122,6 +125,7 @@ def run(
         uid_pool=uid_pool(),
         # The egress socket and its directory belong to the run's uid alone (0600 in 0700).
         owned_paths=[path for host, target in extra_binds if target == SANDBOX_SOCKET for path in (host.parent, host)],
+        cancel=cancel,
     )
 
 
