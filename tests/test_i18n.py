@@ -667,3 +667,22 @@ def test_set_language_view_keeps_djangos_redirect_rules(rf: RequestFactory, caro
     assert response.status_code == 302
     assert "evil.example" not in response["Location"]
     assert Profile.objects.get(user=carol).language == "fr"
+
+
+@pytest.mark.parametrize(("language", "first", "second"), [
+    ("fr", "Le premier nombre", "Le second nombre"),
+    ("tr", "Birinci sayı", "İkinci sayı"),
+])
+def test_the_tools_tab_shows_translated_parameter_descriptions(client, calculator, carol, language, first, second):
+    client.force_login(carol)
+    page = client.get(f"/toolkits/{calculator.slug}/tools/", HTTP_ACCEPT_LANGUAGE=language).content.decode()
+    table = page.split('class="table params"')[1].split("</table>")[0]
+    assert first in table and second in table
+    assert "The first number" not in table
+
+
+def test_the_tools_tab_in_english_shows_the_written_parameter_descriptions(client, calculator, carol):
+    client.force_login(carol)
+    page = client.get(f"/toolkits/{calculator.slug}/tools/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    table = page.split('class="table params"')[1].split("</table>")[0]
+    assert "$t:" not in table

@@ -487,9 +487,34 @@ def test_only_the_invoker_may_answer(client, toolkit, carol, who, request):
 # ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("who", ["alice", "carol"])
-def test_the_history_is_for_admins_only(client, who, request):
-    assert page(client, request.getfixturevalue(who), "/history/").status_code == 404
+def test_everyone_else_sees_their_own_runs_as_my_runs(client, toolkit, carol, bob):
+    made(toolkit, carol, arguments={"string": "carol-run"}, status=RunStatus.SUCCEEDED)
+    made(toolkit, bob, arguments={"string": "bob-run"}, status=RunStatus.FAILED)
+    html = page(client, carol, "/history/").content.decode()
+    assert "<h1>My runs</h1>" in html and 'href="/history/">My runs</a>' in html
+    rows = html.split("<tbody>")[1].split("</tbody>")[0]
+    assert rows.count("<tr") == 1 and "bob" not in rows
+    # Asking for someone else's runs changes nothing, and there is no such filter shown.
+    assert 'name="user"' not in html
+    other = page(client, carol, "/history/?user=bob").content.decode().split("<tbody>")[1].split("</tbody>")[0]
+    assert other.count("<tr") == 1 and "bob" not in other
+    assert page(client, bob, "/history/?status=failed").content.decode().split("<tbody>")[1].count("<tr") == 1
+
+
+def test_my_runs_sends_anonymous_users_to_log_in_and_rejects_post(client, carol):
+    response = client.get("/history/")
+    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    client.force_login(carol)
+    assert client.post("/history/").status_code == 405
+
+
+def test_my_runs_query_count_does_not_grow_with_the_runs(client, toolkit, carol):
+    client.force_login(carol)
+    made(toolkit, carol)
+    few = _count_queries(client, "/history/")
+    for i in range(8):
+        made(toolkit, carol, arguments={"string": str(i)})
+    assert _count_queries(client, "/history/") == few
 
 
 def test_the_history_filters_by_toolkit_tool_user_and_status(client, toolkit, upload, alice, carol, bob, admin):

@@ -20,7 +20,7 @@ from toolhub.runs import rendering, selectors, services
 from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.runs.selectors import get_invocation_for_user, parse_invocation_id
 from toolhub.toolkits import schema_forms
-from toolhub.toolkits.display import safe_link
+from toolhub.toolkits.display import safe_link, tool_display
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
 from toolhub.toolkits.views import detail_context
@@ -32,8 +32,11 @@ HISTORY_PAGE = 25
 MAX_LOG_DEPTH = 12
 
 
-def _tool_forms(revision, *, data=None, errors_for=None, values_for=None, only: str | None = None) -> list[dict]:
-    """The run forms of the revision's tools (of the one named `only`, when given)."""
+def _tool_forms(revision, *, data=None, errors_for=None, values_for=None, only: str | None = None, toolkit=None) -> list[dict]:
+    """The run forms of the revision's tools (of the one named `only`, when given). The
+    parameter table shows each parameter's display description (a RAGFlow
+    `displayDescription`, `$t:` keys resolved in the page's language) where it has one."""
+    displays = tool_display(revision=revision, toolkit=toolkit or getattr(revision, "toolkit", None)) if revision else {}
     tools = []
     for spec in (revision.tools if revision else []) or []:
         function = spec.get("function", {})
@@ -54,7 +57,7 @@ def _tool_forms(revision, *, data=None, errors_for=None, values_for=None, only: 
             "required": set(schema.get("required", [])),
             "prefix": prefix,
             "fields": fields,
-            "params": _parameter_rows(schema, fields),
+            "params": _parameter_rows(schema, fields, displays[name].parameters if name in displays else {}),
             "errors": errors,
             "form_errors": errors.get("__all__", []),
             "messages_errors": errors.get("__messages__", []),
@@ -65,7 +68,7 @@ def _tool_forms(revision, *, data=None, errors_for=None, values_for=None, only: 
     return tools
 
 
-def _parameter_rows(schema: dict, fields: list) -> list[dict]:
+def _parameter_rows(schema: dict, fields: list, display: dict | None = None) -> list[dict]:
     """The parameter table: the JSON type the tool declares (not the widget chosen for it),
     whether it is required, its default and its description."""
     properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
@@ -78,7 +81,7 @@ def _parameter_rows(schema: dict, fields: list) -> list[dict]:
             "required": field.required,
             "has_default": "default" in prop,
             "default": json.dumps(prop.get("default"), ensure_ascii=False) if "default" in prop else "",
-            "help": field.help,
+            "help": str(display[field.name]) if display and display.get(field.name) and str(display[field.name]) else field.help,
         })
     return rows
 
@@ -159,7 +162,7 @@ def _playground(
         entries=entries,
         query=query,
         open_tool=open_tool,
-        tools=_tool_forms(revision, data=data, errors_for=errors_for, values_for=values_for, only=open_tool) if open_tool else [],
+        tools=_tool_forms(revision, data=data, errors_for=errors_for, values_for=values_for, only=open_tool, toolkit=toolkit) if open_tool else [],
         recent=_recent(request, toolkit),
         run=run,
     )
@@ -438,13 +441,16 @@ def invocation_cancel(request: AuthenticatedHttpRequest, invocation_id) -> HttpR
 @login_required
 @require_http_methods(["GET"])
 def invocation_history(request: AuthenticatedHttpRequest) -> HttpResponse:
-    require_admin(request.user)
+    """Every run for admins; for everyone else their own ("My runs")."""
+    mine = not is_admin(request.user)
     filters = {
-        "toolkit": request.GET.get("toolkit", "").strip(),
-        "user": request.GET.get("user", "").strip(),
-        "status": request.GET.get("status", "").strip(),
-        "tool": request.GET.get("tool", "").strip(),
+        "toolkit": request.GET.get("toolkit", "").strip()[:200],
+        "user": "" if mine else request.GET.get("user", "").strip()[:150],
+        "status": request.GET.get("status", "").strip()[:20],
+        "tool": request.GET.get("tool", "").strip()[:200],
     }
     qs = selectors.invocations_history(**filters)
+    if mine:
+        qs = qs.filter(user=request.user)
     page = Paginator(qs, HISTORY_PAGE).get_page(request.GET.get("page"))
-    return render(request, "runs/history.html", {"page": page, "filters": filters, "statuses": RunStatus.choices})
+    return render(request, "runs/history.html", {"page": page, "filters": filters, "statuses": RunStatus.choices, "mine": mine})
