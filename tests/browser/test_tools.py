@@ -70,7 +70,7 @@ def checks(alice, ready_toolkit):
 
 def test_lookup_shows_status_lines_citations_and_the_result(page: Page, login, carol, lookup_toolkit, worker, shot) -> None:
     login(carol)
-    page.goto(f"/toolkits/{lookup_toolkit.slug}/tools/")
+    page.goto(f"/toolkits/{lookup_toolkit.slug}/tools/?tool=lookup")
     tool = page.locator("#tool-lookup")
     expect(tool.locator("table.params")).to_contain_text("The word to look up")
     shot("tools")
@@ -94,7 +94,8 @@ def test_lookup_shows_status_lines_citations_and_the_result(page: Page, login, c
     expect(live).to_contain_text(re.compile(r"\d+ ms"))
     shot("invocation-lookup")
 
-    page.get_by_role("link", name="Library Lookup").click()
+    # Back to the Tools tab itself: the run is listed under "Recent runs".
+    page.get_by_role("navigation", name="Toolkit").get_by_role("link", name="Tools").click()
     recent = page.locator("table.runs")
     expect(recent.locator("tbody tr")).to_have_count(1)
     expect(recent).to_contain_text("lookup")
