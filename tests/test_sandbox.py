@@ -478,7 +478,7 @@ def test_it_stops_a_run_when_it_is_cancelled_from_another_thread(run_tool) -> No
     )
     assert (outcome.status, outcome.limit) == ("cancelled", None), outcome
     assert 900 <= outcome.duration_ms < 6000
-    assert wait_for_no_sandbox_processes(timeout=3.0) == []
+    # Nothing of the call is left: the autouse fixture checks the sandbox user's processes.
 
 
 def test_it_kills_a_setsid_child_that_outlives_the_call(run_tool) -> None:

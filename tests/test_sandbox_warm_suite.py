@@ -18,6 +18,7 @@ before. Left out, and why:
 from __future__ import annotations
 
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -42,6 +43,7 @@ from tests.test_sandbox import (  # noqa: E402,F401 - collected here with this m
     test_it_stops_a_cpu_spin,
     test_it_stops_a_fork_bomb,
     test_it_stops_a_growing_allocation,
+    test_it_stops_a_run_when_it_is_cancelled_from_another_thread,
     test_it_stops_a_sleeper_at_the_wall_clock,
     test_it_stops_a_tool_printing_a_gibibyte,
     test_it_stops_an_endless_line_on_the_protocol_stream,
@@ -97,10 +99,12 @@ def run_tool(
         limits: Limits = SMALL,
         on_message: Callable[[dict], dict | None] | None = None,
         tool: str = "go",
+        cancel: threading.Event | None = None,
     ) -> SandboxOutcome:
         path = tmp_path / f"toolkit-{uuid.uuid4().hex[:8]}.py"
         path.write_text(textwrap.dedent(source))
         return warm_pool.run(
+            cancel=cancel,
             interpreter_env=sandbox_env,
             runtime_dir=sandbox_runtime,
             source_path=path,
