@@ -56,17 +56,20 @@ def test_a_token_is_shown_once_and_can_be_revoked(page: Page, login, alice, shot
     expect(page.locator("table tbody tr", has_text="laptop")).to_contain_text("revoked")
 
 
-def test_the_history_is_for_admins_only(page: Page, login, admin, carol, shot) -> None:
+def test_the_history_is_for_admins_and_everyone_else_has_my_runs(page: Page, login, admin, carol, shot) -> None:
     login(admin)
     page.get_by_role("navigation", name="Main").get_by_role("link", name="History").click()
     expect(page.get_by_role("heading", name="Invocation history")).to_be_visible()
     expect(page.get_by_text("No invocations match.")).to_be_visible()
     shot("history")
 
+    # Everyone else has "My runs" instead: the same page, with their own runs only.
     login(carol)
-    expect(page.get_by_role("navigation", name="Main").get_by_role("link", name="History")).to_have_count(0)
-    response = page.goto("/history/")
-    assert response is not None and response.status == 404
+    nav = page.get_by_role("navigation", name="Main")
+    expect(nav.get_by_role("link", name="History")).to_have_count(0)
+    nav.get_by_role("link", name="My runs").click()
+    expect(page.get_by_role("heading", name="My runs")).to_be_visible()
+    expect(page.get_by_label("User")).to_have_count(0)
 
 
 def test_the_main_pages_fit_a_phone(page: Page, login, alice, upload, shot) -> None:
