@@ -320,7 +320,7 @@ def test_the_page_and_fragment_show_statuses_citations_and_the_result(client, to
     html = response.content.decode()
     # A finished run shows its last status line as its state, the list on demand, and no
     # line of it is left pending ("…"): the earlier one that never said done was overtaken.
-    assert '<p class="status-current done" id="status-current">1 found</p>' in html
+    assert '<p class="status-current from-toolkit done" id="status-current">1 found</p>' in html
     assert '<li class="overtaken">Looking up</li><li class="done">1 found</li>' in html
     assert 'class="pending' not in html and "2 status lines" in html
     assert "a hidden line" not in html
