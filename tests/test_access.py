@@ -7,6 +7,7 @@ against the same selector."""
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.contrib.auth.models import Group
@@ -251,6 +252,7 @@ def test_invocations_say_their_surface_and_client(client, secret, alice, bearer)
     client.force_login(alice)
     response = client.post("/toolkits/secret_lab/tools/echo/run/", {"echo__text": "from the page"})
     assert response.status_code == 302
-    invocation_id = response["Location"].rstrip("/").rsplit("/", 1)[-1]
+    # The page sends the user to the run in the playground: /toolkits/<slug>/tools/?tool=…&run=<id>.
+    invocation_id = parse_qs(urlsplit(response["Location"]).query)["run"][0]
     got = client.get(f"/api/v1/invocations/{invocation_id}", **headers).json()
     assert (got["surface"], got["client"]) == ("page", None)

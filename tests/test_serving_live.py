@@ -8,6 +8,7 @@ toolkit; admin creates the client credential that Open WebUI would use."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import signal
@@ -138,7 +139,11 @@ def _mcp(url: str, token: str, **kwargs):
 
 
 def _run(coro):
-    return asyncio.run(coro)
+    # In a thread of its own: Playwright's sync API, used by the browser tests earlier in the
+    # same session, leaves an event loop set on the main thread, and asyncio.run refuses to
+    # start inside one.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 @pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
