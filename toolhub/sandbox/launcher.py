@@ -137,7 +137,7 @@ from pathlib import Path
 from toolhub.sandbox.cgroups import RunCgroups
 from toolhub.sandbox.limits import Limits, SandboxOutcome, SandboxUnavailable
 from toolhub.sandbox.seccomp import filter_program
-from toolhub.sandbox.session import Session, classify
+from toolhub.sandbox.session import Session, outcome
 from toolhub.sandbox.uids import UidPool
 
 DEFAULT_SANDBOX_USER = "toolhub-sandbox"
@@ -655,7 +655,7 @@ def _run(
     if cpu_ms is None and usage is not None:
         cpu_ms = int((usage.ru_utime + usage.ru_stime) * 1000)
     exit_code = session.bwrap_status.get("exit-code")
-    status, limit, hit = classify(
+    return outcome(
         state=state,
         exit_code=exit_code,
         stderr_tail=stderr_tail,
@@ -663,19 +663,7 @@ def _run(
         pids_hit=pids_hit,
         cpu_ms=cpu_ms,
         limits=limits,
-    )
-    return SandboxOutcome(
-        final=state.final,
-        status=status,
-        limit=limit,
-        exit_code=exit_code,
-        stderr_tail=stderr_tail,
         duration_ms=duration_ms,
-        cpu_ms=cpu_ms,
         max_rss_kb=usage.ru_maxrss if usage is not None else None,
-        limits_hit=hit,
-        dropped_lines=state.dropped_lines,
         cgroups=cgroups.active,
-        messages=state.messages,
-        output_bytes=state.output_bytes,
     )

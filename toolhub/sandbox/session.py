@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolhub.sandbox.limits import FINAL_KINDS, Limits, StopRun
+from toolhub.sandbox.limits import FINAL_KINDS, Limits, SandboxOutcome, StopRun
 
 _READ_CHUNK = 1 << 16
 
@@ -366,6 +366,41 @@ _ERROR_MARKS = (
     ("[Errno 28] No space left on device", "tmp_space"),
     ("BlockingIOError: [Errno 11]", "processes"),
 )
+
+
+def outcome(
+    *,
+    state: RunState,
+    exit_code: int | None,
+    stderr_tail: str,
+    oom: bool,
+    pids_hit: bool,
+    cpu_ms: int | None,
+    limits: Limits,
+    duration_ms: int,
+    max_rss_kb: int | None,
+    cgroups: bool,
+) -> SandboxOutcome:
+    """How a run ended, cold or warm: what was observed, classified."""
+    status, limit, hit = classify(
+        state=state, exit_code=exit_code, stderr_tail=stderr_tail, oom=oom, pids_hit=pids_hit,
+        cpu_ms=cpu_ms, limits=limits,
+    )
+    return SandboxOutcome(
+        final=state.final,
+        status=status,
+        limit=limit,
+        exit_code=exit_code,
+        stderr_tail=stderr_tail,
+        duration_ms=duration_ms,
+        cpu_ms=cpu_ms,
+        max_rss_kb=max_rss_kb,
+        limits_hit=hit,
+        dropped_lines=state.dropped_lines,
+        cgroups=cgroups,
+        messages=state.messages,
+        output_bytes=state.output_bytes,
+    )
 
 
 def classify(

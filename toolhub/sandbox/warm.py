@@ -47,7 +47,7 @@ from typing import NoReturn
 from toolhub.sandbox import launcher
 from toolhub.sandbox.cgroups import RunCgroups
 from toolhub.sandbox.limits import Limits, SandboxOutcome, SandboxUnavailable
-from toolhub.sandbox.session import RunState, Session, classify
+from toolhub.sandbox.session import RunState, Session, outcome
 from toolhub.sandbox.uids import UidPool
 
 FORKSERVER_ARGV: tuple[str, ...] = ("/opt/env/bin/python", "-I", "/opt/runtime/forkserver.py")
@@ -338,7 +338,7 @@ class WarmSandbox:
             cpu_ms = int((float(done.get("utime") or 0) + float(done.get("stime") or 0)) * 1000)
         state = session.state
         stderr_tail = state.stderr_tail.decode("utf-8", "replace")
-        status_name, limit, hit = classify(
+        return outcome(
             state=state,
             exit_code=exit_code,
             stderr_tail=stderr_tail,
@@ -346,21 +346,9 @@ class WarmSandbox:
             pids_hit=pids_hit,
             cpu_ms=cpu_ms,
             limits=limits,
-        )
-        return SandboxOutcome(
-            final=state.final,
-            status=status_name,
-            limit=limit,
-            exit_code=exit_code,
-            stderr_tail=stderr_tail,
             duration_ms=duration_ms,
-            cpu_ms=cpu_ms,
             max_rss_kb=done.get("maxrss") if isinstance(done.get("maxrss"), int) else None,
-            limits_hit=hit,
-            dropped_lines=state.dropped_lines,
             cgroups=groups.active,
-            messages=state.messages,
-            output_bytes=state.output_bytes,
         )
 
     def _child_limits(self, limits: Limits) -> dict[str, int]:
