@@ -377,6 +377,25 @@ def test_a_redelivered_invocation_is_failed_not_run_twice(ready, alice):
     assert "worker" in invocation.error and invocation.traceback == ""
 
 
+def test_the_same_invocation_delivered_twice_runs_once(ready, alice):
+    """The reaper re-sends tasks that waited long (their message may be gone with the broker),
+    so a second delivery can arrive while the first one runs, or after it finished: it must
+    neither run the tool again nor fail the live run as a dead worker's."""
+    toolkit = ready(alice, HARNESS)
+    invocation = invocation_create(toolkit=toolkit, tool="nap", arguments={"seconds": 2}, user=alice)
+    first = start_in_thread(invocation)
+    wait_until(lambda: Event.objects.filter(invocation=invocation).exists(), what="the first delivery to run the tool")
+
+    run_invocation.run(str(invocation.id))  # the second delivery, while the first runs
+
+    assert status_of(invocation) == RunStatus.RUNNING
+    first.join(30)
+    run_invocation.run(str(invocation.id))  # and a third, after it finished
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.result, invocation.error) == (RunStatus.SUCCEEDED, "rested", "")
+    assert [e.data["description"] for e in invocation.events.filter(type="status")] == ["napping"]
+
+
 def test_a_finished_invocation_is_left_as_it_is(ready, alice):
     toolkit = ready(alice, example("string_reverse"))
     done = invoke(toolkit, "reverse_string", alice, string="abc")

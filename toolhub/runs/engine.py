@@ -237,6 +237,10 @@ def run(invocation_id: str) -> None:
     if not claimed and invocation.status == RunStatus.RUNNING and invocation.started_at == now:
         # The claim committed, but its answer was lost with the connection: it is ours.
         claimed = 1
+    if not claimed and _alive(invocation):
+        # A second delivery while the first is still being run (the reaper re-sent a task
+        # that had waited long, or the broker redelivered it): the first one owns the run.
+        return
     if not claimed:
         # Redelivered after a worker died mid-run: tools may have side effects, so
         # the call is not run twice.
@@ -305,6 +309,12 @@ def run(invocation_id: str) -> None:
         _finish(invocation, RunStatus.FAILED, error=final.get("error") or "The tool failed.", traceback=final.get("traceback", ""), **usage)
     else:
         _finish(invocation, RunStatus.FAILED, error=sandboxing.outcome_reason(outcome) or "The tool ended without a result.", traceback=outcome.stderr_tail, **usage)
+
+
+def _alive(invocation: Invocation) -> bool:
+    """Whether a worker beat for this invocation recently (it is being run right now)."""
+    beat = invocation.heartbeat_at
+    return beat is not None and beat > timezone.now() - timedelta(seconds=DEAD_AFTER_SECONDS)
 
 
 def _invoke_request(invocation: Invocation) -> dict:
