@@ -9,6 +9,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -36,6 +37,10 @@ CANCEL_CHECK_SECONDS = 0.5
 DEAD_AFTER_SECONDS = 20.0
 # Host time (event writes, heartbeats) credited to a run beyond its answer budget.
 HOST_SLACK_SECONDS = 10.0
+# Events are written in batches of at most this many, at the latest this long after the first
+# of a batch arrived (the run page polls every 500 ms).
+EVENT_BATCH = 200
+EVENT_FLUSH_SECONDS = 0.25
 
 
 class Scrubber:
@@ -72,14 +77,23 @@ class Scrubber:
 
 
 class Recorder:
-    """Receives the runtime's messages for one invocation: stores events as they arrive,
-    answers __event_call__ requests from the database, and keeps the heartbeat."""
+    """Receives the runtime's messages for one invocation: stores events in batches,
+    answers __event_call__ requests from the database, and keeps the heartbeat.
+
+    Events are buffered and written with one INSERT per batch: when EVENT_BATCH of them are
+    waiting, when the oldest has waited EVENT_FLUSH_SECONDS (checked as events arrive and by
+    the Heartbeat thread, so a tool that goes quiet is still seen live), before a question is
+    asked, and at the end of the run (engine.run flushes before recording the outcome)."""
 
     def __init__(self, invocation: Invocation, scrub: Scrubber | None = None):
         self.scrub = scrub or Scrubber()
         self.invocation = invocation
         self.seq = invocation.events.count()
         self.beat = time.monotonic()
+        # The buffer is shared with the Heartbeat thread, which flushes it when it is due.
+        self._lock = threading.Lock()
+        self._pending: list[Event] = []
+        self._pending_since = 0.0
         # Fair use: what one invocation may send, and one budget for every wait for an answer
         # to `__event_call__` (so unanswered calls cannot hold a worker call after call).
         self.events = 0
@@ -105,13 +119,35 @@ class Recorder:
                 raise StopRun("events")
             if self.event_bytes > settings.TOOLHUB_MAX_EVENT_BYTES:
                 raise StopRun("event_bytes")
-        self.seq += 1
-        seq = self.seq
-        # (invocation, seq) is unique: a retry after a commit whose answer was lost is a no-op.
-        dbretry.write(
-            lambda: Event.objects.create(invocation=self.invocation, seq=seq, type=self.scrub(type_), data=data),
-            what=f"storing event {seq} of invocation {self.invocation.pk}",
-        )
+        with self._lock:
+            self.seq += 1
+            if not self._pending:
+                self._pending_since = time.monotonic()
+            self._pending.append(Event(invocation=self.invocation, seq=self.seq, type=self.scrub(type_), data=data))
+            full = len(self._pending) >= EVENT_BATCH
+        if full:
+            self.flush()
+        else:
+            self.flush_if_due()
+
+    def flush_if_due(self) -> None:
+        if self._pending and time.monotonic() - self._pending_since >= EVENT_FLUSH_SECONDS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered events with one INSERT. They leave the buffer only once written:
+        a write that fails (after dbretry's one reconnect) is tried again by the next flush."""
+        with self._lock:
+            batch = self._pending
+            if not batch:
+                return
+            # (invocation, seq) is unique: a retry after a commit whose answer was lost fails
+            # with IntegrityError, which dbretry takes for "already written".
+            dbretry.write(
+                lambda: Event.objects.bulk_create(batch),
+                what=f"storing events {batch[0].seq}-{batch[-1].seq} of invocation {self.invocation.pk}",
+            )
+            self._pending = []
 
     def _heartbeat(self, force: bool = False) -> None:
         if force or time.monotonic() - self.beat > HEARTBEAT_SECONDS:
@@ -124,6 +160,8 @@ class Recorder:
     def _ask(self, message: dict) -> dict:
         call_id = message.get("call_id")
         event = self.scrub(message.get("event") or {})
+        # What the tool sent before its question is on the page while the person answers.
+        self.flush()
         # Only a running invocation starts waiting (and only a waiting one resumes below):
         # one the reaper has already ended must not come back to life.
         pk = self.invocation.pk
@@ -172,8 +210,10 @@ class Heartbeat:
     while to build on this host), and the reaper must not take that silence for a dead
     worker: the beat comes from the worker, not from the tool's messages."""
 
-    def __init__(self, invocation_id) -> None:
+    def __init__(self, invocation_id, *, flush: Callable[[], None] | None = None) -> None:
         self._invocation_id = invocation_id
+        # Writes the run's buffered events once they are due (Recorder.flush_if_due).
+        self._flush = flush
         self._stopped = threading.Event()
         # Set once the invocation was ended by someone else (cancelled, or reaped): the
         # sandbox watches it and is killed.
@@ -202,6 +242,8 @@ class Heartbeat:
                             ).update(heartbeat_at=timezone.now()),
                             what=f"the heartbeat of invocation {self._invocation_id}",
                         )
+                    if self._flush is not None:
+                        self._flush()
                     if not self.cancelled.is_set() and Invocation.objects.filter(
                         pk=self._invocation_id, status__in=list(FINISHED)
                     ).exists():
@@ -255,7 +297,8 @@ def run(invocation_id: str) -> None:
     revision = invocation.revision
     scrub = Scrubber(request, revision)
     try:
-        with Heartbeat(invocation.pk) as heartbeat:
+        recorder = Recorder(invocation, scrub)
+        with Heartbeat(invocation.pk, flush=recorder.flush_if_due) as heartbeat:
             env_dir = revision_environment(revision)
             with sandboxing.egress_for(invocation.toolkit) as (binds, egress, proxy):
                 request["egress"] = egress
@@ -264,10 +307,14 @@ def run(invocation_id: str) -> None:
                 limits = dataclasses.replace(
                     sandboxing.limits(), host_wait_seconds=settings.TOOLHUB_EVENT_CALL_TIMEOUT + HOST_SLACK_SECONDS
                 )
-                outcome = sandboxing.run(
-                    revision=revision, env_dir=env_dir, request=request, on_message=Recorder(invocation, scrub),
-                    extra_binds=binds, limits_=limits, warm=True, cancel=heartbeat.cancelled,
-                )
+                try:
+                    outcome = sandboxing.run(
+                        revision=revision, env_dir=env_dir, request=request, on_message=recorder,
+                        extra_binds=binds, limits_=limits, warm=True, cancel=heartbeat.cancelled,
+                    )
+                finally:
+                    # Every event is stored before the run's end is.
+                    recorder.flush()
                 if proxy is not None:
                     report = proxy.stop()
                     dbretry.write(
