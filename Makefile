@@ -52,13 +52,12 @@ wheelhouse: dev-deps
 	  touch $(WHEELHOUSE)/$(WHEELHOUSE_STAMP) )
 
 run: deps system data
-	$(PY) manage.py migrate --noinput
-	$(PY) manage.py create_admin
-	$(PY) manage.py load_demo
 	@echo "ToolHub: http://127.0.0.1:$(PORT)/  (log in as admin; Ctrl-C stops the web server and the workers)"
-	@# Web server, work worker, maintenance worker (the reaper) and beat, each in a process
-	@# group of its own: Ctrl-C stops all of them within 5 s, a second Ctrl-C at once.
-	@exec $(PY) scripts/serve.py --port $(PORT) --data $(DATA)
+	@# Without REDIS_URL a private redis-server on a UNIX socket in $(DATA)/redis; then migrate,
+	@# the first admin and the demo on it (--setup); then the web server, the work worker, the
+	@# maintenance worker (the reaper) and beat, each in a process group of its own, a dead
+	@# worker restarted: Ctrl-C stops all of them within 5 s, a second Ctrl-C at once.
+	@exec $(PY) scripts/serve.py --port $(PORT) --data $(DATA) --setup
 
 # Tests run against $DATABASE_URL / $REDIS_URL when set (CI sets both), else SQLite and
 # the embedded broker.

@@ -5,6 +5,7 @@ writes on a fresh machine) is read first, and real environment variables win ove
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import environ
@@ -203,10 +204,13 @@ TOOLHUB_ENCRYPTION_KEYS = env.str("TOOLHUB_ENCRYPTION_KEYS", default="")
 # ------------------------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
 if REDIS_URL:
-    CELERY_BROKER_URL = REDIS_URL
+    # A UNIX socket (`make run`'s private redis-server) is `unix:///path` to redis-py and
+    # `redis+socket:///path` to kombu.
+    CELERY_BROKER_URL = re.sub(r"^unix://", "redis+socket://", REDIS_URL)
 else:
-    # One machine, nothing else installed: kombu's filesystem transport is a real broker
-    # that needs no server.
+    # Nothing else installed (the tests without REDIS_URL): kombu's filesystem transport
+    # needs no server, but a reader can see a half-written message, so `make run` starts a
+    # private redis-server instead (scripts/serve.py).
     _broker_dir = DATA_DIR / "broker"
     for _folder in ("queue", "processed", "control"):
         os.makedirs(_broker_dir / _folder, exist_ok=True)
