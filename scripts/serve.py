@@ -31,7 +31,6 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,13 +95,13 @@ def wait_for_redis(path: Path, process: subprocess.Popen, timeout: float = 20.0)
     sys.exit(f"serve: redis-server does not answer on {path}")
 
 
-@dataclass
 class Child:
-    argv: list[str]
-    process: subprocess.Popen | None = None
-    started_at: float = 0.0
-    delay: float = FIRST_DELAY
-    restart_at: float | None = None
+    def __init__(self, argv: list[str]) -> None:
+        self.argv = argv
+        self.process: subprocess.Popen | None = None
+        self.started_at = 0.0
+        self.delay = FIRST_DELAY
+        self.restart_at: float | None = None
 
 
 class Supervisor:
