@@ -17,14 +17,29 @@ document.addEventListener("change", function (event) {
 });
 
 // Logs with data-scroll-end show their newest lines: scrolled to the bottom when the page
-// loads and whenever htmx swaps in a fresh copy.
-function scrollLogsToEnd(root) {
-  (root || document).querySelectorAll("[data-scroll-end]").forEach(function (log) {
+// loads. When htmx swaps in a fresh copy (the live build log, every second), a reader who
+// was at the bottom follows the new lines; one who scrolled up stays where they were.
+var logPositions = {};
+function atBottom(log) {
+  return log.scrollHeight - log.scrollTop - log.clientHeight < 4;
+}
+document.addEventListener("DOMContentLoaded", function () {
+  document.querySelectorAll("[data-scroll-end]").forEach(function (log) {
     log.scrollTop = log.scrollHeight;
   });
-}
-document.addEventListener("DOMContentLoaded", function () { scrollLogsToEnd(document); });
-document.addEventListener("htmx:afterSettle", function () { scrollLogsToEnd(document); });
+});
+document.addEventListener("htmx:beforeSwap", function () {
+  logPositions = {};
+  document.querySelectorAll("[data-scroll-end][id]").forEach(function (log) {
+    logPositions[log.id] = atBottom(log) ? null : log.scrollTop;
+  });
+});
+document.addEventListener("htmx:afterSettle", function () {
+  document.querySelectorAll("[data-scroll-end]").forEach(function (log) {
+    var kept = log.id ? logPositions[log.id] : undefined;
+    log.scrollTop = (kept === undefined || kept === null) ? log.scrollHeight : kept;
+  });
+});
 
 // A live section with data-pause-while-answering skips its polls while the person is typing
 // an answer in its dialog: each poll replaces the section, and with it what they typed.

@@ -1,5 +1,10 @@
 from __future__ import annotations
 
+import re
+import sys
+import tempfile
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -12,7 +17,7 @@ from django.utils.translation import ngettext
 from django.views.decorators.http import require_GET, require_POST
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
-from toolhub.accounts.roles import admin_required, can_manage_toolkit
+from toolhub.accounts.roles import admin_required, can_manage_toolkit, is_admin
 from toolhub.packages import selectors as package_selectors
 from toolhub.packages import services
 from toolhub.packages.models import Approval
@@ -24,6 +29,26 @@ from toolhub.toolkits.views import detail_context
 # Packages per page of the queue, and the requests listed for each (the rest are counted).
 QUEUE_PAGE = 50
 QUEUE_REQUESTS = 20
+
+
+def hide_host_paths(text: str) -> str:
+    """A build log or traceback as a non-admin may see it: the folders of this host it names
+    (the data dir with its environments, the project, the web process's venv, the temporary
+    folder) are named by what they are (`<data>/wheelhouse`) rather than where they are."""
+    if not text:
+        return text
+    roots = {
+        str(settings.TOOLHUB_ENVIRONMENTS_DIR): "<environments>",
+        str(settings.DATA_DIR): "<data>",
+        str(settings.BASE_DIR): "<toolhub>",
+        sys.prefix: "<venv>",
+        tempfile.gettempdir(): "<tmp>",
+    }
+    labels = {root.rstrip("/"): label for root, label in roots.items() if len(root.rstrip("/")) > 1}
+    # Longest first: the data dir wins over a temporary folder that holds it.
+    ordered = sorted(labels, key=len, reverse=True)
+    pattern = re.compile("|".join(re.escape(root) + r"(?![\w.-])" for root in ordered))
+    return pattern.sub(lambda match: labels[match.group(0)], text)
 
 
 
@@ -123,6 +148,11 @@ def _environment_context(request: HttpRequest, slug: str) -> dict:
         shown = current
     ctx["shown"] = shown
     ctx["live"] = shown is not None and shown.status == Status.BUILDING
+    if shown is not None:
+        # Admins see the log as written; everyone else without this host's paths.
+        keep = is_admin(request.user)
+        ctx["build_log"] = shown.build_log if keep else hide_host_paths(shown.build_log)
+        ctx["traceback"] = shown.traceback if keep else hide_host_paths(shown.traceback)
     return ctx
 
 
