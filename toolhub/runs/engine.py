@@ -14,12 +14,15 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection
+from django.db.models import Count, F, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from toolhub import dbretry
 from toolhub.packages import envbuild as envlib
 from toolhub.runs import notify
-from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus
+from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus, Surface
+from toolhub.runs.selectors import parse_invocation_id
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox.limits import StopRun
 from toolhub.toolkits import sandboxing
@@ -37,6 +40,9 @@ CANCEL_CHECK_SECONDS = 0.5
 DEAD_AFTER_SECONDS = 20.0
 # Host time (event writes, heartbeats) credited to a run beyond its answer budget.
 HOST_SLACK_SECONDS = 10.0
+WORKER_STOPPED = "The worker running this invocation stopped before it finished."
+# The states in which an invocation holds a worker.
+BUSY = (RunStatus.RUNNING, RunStatus.AWAITING_INPUT)
 # Events are written in batches of at most this many, at the latest this long after the first
 # of a batch arrived (the run page polls every 500 ms).
 EVENT_BATCH = 200
@@ -257,8 +263,57 @@ class Heartbeat:
             connection.close()
 
 
+def run_next(woken_by: str) -> None:
+    """What a worker does with an invocation's broker message. The message only says that work
+    was queued: the worker runs the fairest queued invocation (fairest_queued), which is the
+    message's own one unless another user has waited longer, so one user's flood of messages
+    does not hold up everyone else's runs. Each invocation is queued with one message and each
+    message runs at most one invocation, so every queued invocation is run; a message with
+    nothing left to run (its invocation was run for another's message, or cancelled) is done."""
+    _end_if_abandoned(woken_by)
+    while (candidate := dbretry.write(fairest_queued, what="choosing the next invocation")) is not None:
+        invocation, claimed = _claim(str(candidate))
+        if claimed and invocation is not None:
+            _execute(invocation)
+            return
+        # Another worker claimed it first: choose again.
+
+
+def fairest_queued():
+    """The id of the queued invocation to run next, or None: that of the user with the fewest
+    invocations running, then of the user served longest ago (never served first), their
+    oldest. An agent run's tool calls are run by the agent's own worker (run), not from here."""
+    per_user = Invocation.objects.filter(user=OuterRef("user_id")).order_by()
+    busy = per_user.filter(status__in=BUSY).values("user").annotate(n=Count("pk")).values("n")
+    served = per_user.filter(started_at__isnull=False).order_by("-started_at").values("started_at")[:1]
+    return (
+        Invocation.objects.filter(status=RunStatus.QUEUED).exclude(surface=Surface.AGENT)
+        .annotate(busy=Coalesce(Subquery(busy), 0), served=Subquery(served))
+        .order_by("busy", F("served").asc(nulls_first=True), "created_at")
+        .values_list("pk", flat=True).first()
+    )
+
+
 def run(invocation_id: str) -> None:
-    """Run one queued invocation in the sandbox and record everything it sends."""
+    """Run this queued invocation in the sandbox and record everything it sends."""
+    invocation, claimed = _claim(invocation_id)
+    if invocation is None or invocation.is_finished:
+        return
+    if not claimed and _alive(invocation):
+        # A second delivery while the first is still being run (the reaper re-sent a task
+        # that had waited long, or the broker redelivered it): the first one owns the run.
+        return
+    if not claimed:
+        # Redelivered after a worker died mid-run: tools may have side effects, so
+        # the call is not run twice.
+        _finish(invocation, RunStatus.FAILED, error=WORKER_STOPPED)
+        return
+    _execute(invocation)
+
+
+def _claim(invocation_id: str) -> tuple[Invocation | None, bool]:
+    """Take a queued invocation for this worker: the invocation (None if there is none by
+    that id) and whether it is now ours."""
     # Claimed with one conditional UPDATE, not SELECT ... FOR UPDATE and a save: on SQLite a
     # transaction that reads and then writes fails at once with "database is locked" while
     # another connection writes (the busy timeout does not cover that upgrade), and a task
@@ -274,20 +329,41 @@ def run(invocation_id: str) -> None:
         lambda: Invocation.objects.select_related("revision", "toolkit", "user").filter(pk=invocation_id).first(),
         what=f"loading invocation {invocation_id}",
     )
-    if invocation is None or invocation.is_finished:
-        return
-    if not claimed and invocation.status == RunStatus.RUNNING and invocation.started_at == now:
+    if invocation is not None and not claimed and invocation.status == RunStatus.RUNNING and invocation.started_at == now:
         # The claim committed, but its answer was lost with the connection: it is ours.
         claimed = 1
-    if not claimed and _alive(invocation):
-        # A second delivery while the first is still being run (the reaper re-sent a task
-        # that had waited long, or the broker redelivered it): the first one owns the run.
+    return invocation, bool(claimed)
+
+
+def _end_if_abandoned(invocation_id: str) -> None:
+    """A message delivered again after its worker died mid-run: its invocation, if it is still
+    running without a recent heartbeat, is failed now, as the reaper would (tools may have side
+    effects, so it is never run twice). One running with a fresh heartbeat is left alone."""
+    pk = parse_invocation_id(invocation_id)
+    if pk is None:
         return
-    if not claimed:
-        # Redelivered after a worker died mid-run: tools may have side effects, so
-        # the call is not run twice.
-        _finish(invocation, RunStatus.FAILED, error="The worker running this invocation stopped before it finished.")
-        return
+    now = timezone.now()
+    ended = dbretry.write(
+        lambda: _abandoned(Invocation.objects.filter(pk=pk), now, null_is_dead=True).update(
+            status=RunStatus.FAILED, finished_at=now, pending_call=None, error=WORKER_STOPPED
+        ),
+        what=f"ending abandoned invocation {pk}",
+    )
+    if ended:
+        notify.publish(pk)
+
+
+def _abandoned(qs, now, *, null_is_dead: bool = False):
+    """Of `qs`, the invocations running (or waiting for an answer) without a recent heartbeat."""
+    silent = Q(heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS))
+    if null_is_dead:
+        silent |= Q(heartbeat_at__isnull=True)
+    return qs.filter(silent, status__in=BUSY)
+
+
+def _execute(invocation: Invocation) -> None:
+    """Run a claimed invocation in the sandbox and record everything it sends."""
+    invocation_id = invocation.pk
     try:
         request = _invoke_request(invocation)
     except Exception as exc:  # noqa: BLE001 - an accepted invocation must always end
@@ -404,12 +480,9 @@ def reap_stale_invocations() -> int:
     """End invocations whose worker died (running without a recent heartbeat) and those no
     worker picked up in time; returns how many."""
     now = timezone.now()
-    dead = Invocation.objects.filter(
-        status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT],
-        heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS),
+    n_dead = _abandoned(Invocation.objects.all(), now).update(
+        status=RunStatus.FAILED, finished_at=now, pending_call=None, error=WORKER_STOPPED
     )
-    n_dead = dead.update(status=RunStatus.FAILED, finished_at=now, pending_call=None,
-                         error="The worker running this invocation stopped before it finished.")
     stale_after = timedelta(seconds=settings.TOOLHUB_STALE_AFTER_SECONDS)
     n_unclaimed = Invocation.objects.filter(status=RunStatus.QUEUED, created_at__lt=now - stale_after).update(
         status=RunStatus.FAILED, finished_at=now, error="No worker picked this invocation up in time."

@@ -72,6 +72,8 @@ class Invocation(models.Model):
             models.Index(fields=["toolkit", "tool", "-created_at"]), models.Index(fields=["status"]),
             # The rate limits of the tool servers count recent calls per client and per user.
             models.Index(fields=["client", "created_at"]), models.Index(fields=["user", "surface", "created_at"]),
+            # The fair queue looks up when each waiting user was last served (engine.fairest_queued).
+            models.Index(fields=["user", "started_at"]),
         ]
 
     def get_absolute_url(self) -> str:

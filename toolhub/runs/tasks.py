@@ -11,7 +11,9 @@ from toolhub.toolkits import lifecycle
 
 @shared_task(acks_late=True)
 def run_invocation(invocation_id: str) -> None:
-    engine.run(invocation_id)
+    """An invocation was queued: run the fairest queued one (usually this one; see
+    engine.run_next), so that one user's flood does not hold up another user's run."""
+    engine.run_next(invocation_id)
 
 
 @shared_task
