@@ -153,8 +153,61 @@ def test_invalid_values_get_per_field_errors_and_nothing_is_saved(client, admin,
     assert response.status_code == 200
     html = response.content.decode()
     assert "errorlist" in html
-    assert SECRET not in html
     assert not ValveSet.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_secret_typed_in_a_rejected_submit_is_kept_for_that_response_only(client, admin, toolkit, caplog):
+    caplog.set_level(logging.DEBUG)
+    client.force_login(admin)
+    response = client.post(_valves_url(toolkit), {"api_key": SECRET, "region": "eu", "retries": "9"})
+    html = response.content.decode()
+    # Put back in its password input, said so, and the page is never cached.
+    assert f'type="password" name="api_key" id="id_api_key" value="{SECRET}"' in html
+    assert "typed, not saved yet" in html
+    assert "no-store" in response["Cache-Control"]
+    assert html.count(SECRET) == 1
+    assert SECRET not in caplog.text
+    # Nothing was stored, so the next page has neither the secret nor a "set" state.
+    page = client.get(_valves_url(toolkit)).content.decode()
+    assert SECRET not in page and "not set" in page
+    # Fixing the other field and sending the kept secret saves both.
+    client.post(_valves_url(toolkit), {"api_key": SECRET, "region": "eu", "retries": "3"})
+    assert valves.load_values(toolkit=toolkit) == {"api_key": SECRET, "region": "eu", "retries": 3}
+
+
+@pytest.mark.django_db
+def test_a_rejected_submit_keeps_no_secret_it_was_asked_to_clear_and_no_mask(client, admin, toolkit):
+    client.force_login(admin)
+    client.post(_valves_url(toolkit), {"api_key": SECRET, "region": "eu", "retries": "2"})
+    cleared = client.post(_valves_url(toolkit), {"api_key": "other-typed", "api_key__clear": "on", "retries": "9"})
+    assert "other-typed" not in cleared.content.decode()
+    masked = client.post(_valves_url(toolkit), {"api_key": "********", "retries": "9"}).content.decode()
+    assert 'value="********"' not in masked and SECRET not in masked
+
+
+@pytest.mark.django_db
+def test_labels_are_titles_with_descriptions_and_secrets_have_a_show_toggle(client, admin, toolkit):
+    revision = toolkit.current_revision
+    revision.valves_schema = {
+        "type": "object",
+        "properties": {
+            "api_key": {"type": "string", "title": "Service key", "description": "From the service's settings page"},
+            "maxRetryCount": {"type": "integer"},
+        },
+    }
+    revision.save()
+    client.force_login(admin)
+    html = client.get(_valves_url(toolkit)).content.decode()
+    assert '<label for="id_api_key">Service key</label>' in html
+    assert '<p class="help" id="id_api_key_help">From the service&#x27;s settings page</p>' in html
+    assert 'aria-describedby="id_api_key_state id_api_key_help"' in html
+    # No title: the name made readable.
+    assert '<label for="id_maxRetryCount">Max retry count</label>' in html
+    # The toggle: a real button, tied to its input, off at first (static/js/toolhub.js unhides it).
+    assert ('<button type="button" class="small secret-toggle" data-secret-toggle aria-controls="id_api_key" '
+            'aria-pressed="false" hidden>Show<span class="visually-hidden"> Service key</span></button>') in html
+    assert html.count("data-secret-toggle") == 1
 
 
 @pytest.mark.django_db

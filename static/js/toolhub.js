@@ -50,3 +50,24 @@ document.addEventListener("htmx:beforeRequest", function (event) {
     event.preventDefault();
   }
 });
+
+// Secret inputs (templates/includes/schema_field.html) have a Show button, a toggle
+// (aria-pressed) that turns the password input into a text input and back. Hidden without
+// JavaScript, where it could do nothing.
+function showSecretToggles(root) {
+  (root || document).querySelectorAll("[data-secret-toggle][hidden]").forEach(function (button) {
+    button.hidden = false;
+  });
+}
+document.addEventListener("DOMContentLoaded", function () { showSecretToggles(document); });
+document.addEventListener("htmx:afterSettle", function () { showSecretToggles(document); });
+document.addEventListener("click", function (event) {
+  var button = event.target.closest && event.target.closest("[data-secret-toggle]");
+  var input = button && document.getElementById(button.getAttribute("aria-controls"));
+  if (!input) {
+    return;
+  }
+  var shown = button.getAttribute("aria-pressed") !== "true";
+  input.type = shown ? "text" : "password";
+  button.setAttribute("aria-pressed", shown ? "true" : "false");
+});

@@ -95,3 +95,57 @@ def test_a_user_sets_their_own_settings(page: Page, login, carol, library_lookup
     expect(page.locator("#result")).to_have_text(
         "valve: A setting of a toolkit, edited by an admin (Valves) or by each user (UserValves)."
     )
+
+
+@pytest.fixture
+def schema_only(alice, upload):
+    """A toolkit marked ready with a Valves schema of a secret and a bounded number, without a
+    build (tests/test_valves.py makes its schemas the same way)."""
+    from toolhub.toolkits.models import Status
+
+    toolkit = upload(alice, example("string_reverse"))
+    revision = toolkit.current_revision
+    revision.valves_schema = {
+        "type": "object",
+        "properties": {
+            "api_key": {"type": "string", "title": "Service key", "description": "From the service's settings page"},
+            "retries": {"type": "integer", "minimum": 0, "maximum": 5, "default": 2},
+        },
+    }
+    revision.set_status(Status.READY)
+    revision.save()
+    return toolkit
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_typed_secret_survives_a_failed_save_and_can_be_shown_with_the_keyboard(page: Page, login, admin, schema_only) -> None:
+    login(admin)
+    page.goto(f"/toolkits/{schema_only.slug}/valves/")
+    key = page.get_by_label("Service key")
+    key.fill("sk-typed-once")
+    page.get_by_label("Retries").fill("9")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".errorlist")).to_contain_text("Must be at most 5.")
+    # Not lost: still in its input, and said to be not saved yet.
+    expect(key).to_have_value("sk-typed-once")
+    expect(key).to_have_attribute("type", "password")
+    expect(page.locator("#id_api_key_state")).to_have_text("typed, not saved yet")
+
+    # The Show toggle, from the keyboard: Tab from the input reaches it, Space presses it.
+    toggle = page.get_by_role("button", name="Show Service key")
+    expect(toggle).to_have_attribute("aria-pressed", "false")
+    key.focus()
+    page.keyboard.press("Tab")
+    expect(toggle).to_be_focused()
+    page.keyboard.press("Space")
+    expect(toggle).to_have_attribute("aria-pressed", "true")
+    expect(key).to_have_attribute("type", "text")
+    page.keyboard.press("Enter")
+    expect(toggle).to_have_attribute("aria-pressed", "false")
+    expect(key).to_have_attribute("type", "password")
+
+    page.get_by_label("Retries").fill("3")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".messages")).to_contain_text("Settings saved.")
+    expect(page.locator("#id_api_key_state")).to_have_text("set")
+    expect(key).to_have_value("")

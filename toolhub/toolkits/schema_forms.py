@@ -100,8 +100,8 @@ class Option:
 class FormField:
     """Everything the template needs to render one top-level property.
 
-    `value` is display-ready: a string for text, number, JSON and password inputs (always `""`
-    for passwords), a bool for checkboxes, the selected option value (or list of them) for
+    `value` is display-ready: a string for text, number, JSON and password inputs (`""` for
+    passwords, except a secret typed in a rejected submission, see `build_fields`), a bool for checkboxes, the selected option value (or list of them) for
     selects. `slug` is an id-safe form of `name`; the template builds ids from it.
     """
 
@@ -121,6 +121,8 @@ class FormField:
     nullable: bool = False
     slug: str = ""
     errors: list[str] = field(default_factory=list)
+    # A secret typed in a rejected submission, shown back in its input (see `build_fields`).
+    kept: bool = False
 
 
 @dataclass
@@ -177,6 +179,7 @@ def build_fields(
     errors: Mapping[str, list[str]] | None = None,
     data: Any = None,
     prefix: str = "",
+    keep_typed_secrets: bool = False,
 ) -> list[FormField]:
     """Describe one form field per top-level property of `schema`, in schema order.
 
@@ -190,6 +193,9 @@ def build_fields(
     - `errors`: per-field messages from `parse_submission`/`validate`, attached to the fields.
     - `data` and `prefix`: when re-showing a rejected submission, pass the raw form data so what
       the person typed (say, JSON with a syntax error) is shown back instead of the old value.
+    - `keep_typed_secrets`: with `data`, a secret typed in that rejected submission is put back
+      in its (password) input, so it need not be typed again; only for the response to that
+      submission, which nothing caches or logs. `FormField.kept` says so.
     """
     values = values or {}
     errors = errors or {}
@@ -207,7 +213,18 @@ def build_fields(
                 prefix=prefix,
             )
         )
+        if keep_typed_secrets and data is not None and spec.secret:
+            fields[-1].value = _typed_secret(spec, data, prefix)
+            fields[-1].kept = bool(fields[-1].value)
     return fields
+
+
+def _typed_secret(spec: _Spec, data: Any, prefix: str) -> str:
+    """What was typed into a secret's input, unless its "clear" box was ticked."""
+    if any(_truthy(item) for item in _getlist(data, prefix + spec.name + CLEAR_SUFFIX)):
+        return ""
+    typed = _getlist(data, prefix + spec.name)
+    return typed[-1] if typed and typed[-1] != MASK else ""
 
 
 def parse_submission(

@@ -8,6 +8,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_http_methods
 
@@ -76,10 +77,14 @@ def _settings_page(request: HttpRequest, slug: str, *, admin_valves: bool) -> Ht
         resolve=partial(_resolve_text, toolkit=toolkit),
         errors=errors,
         data=request.POST if request.method == "POST" else None,
+        keep_typed_secrets=True,
     )
     ctx["errors"] = errors
     ctx["form_errors"] = errors.get("__all__", [])
-    return render(request, "toolkits/valves.html", ctx)
+    response = render(request, "toolkits/valves.html", ctx)
+    # A rejected submission's page holds the secrets typed in it: no cache may keep it.
+    add_never_cache_headers(response)
+    return response
 
 
 def _user_value_owners(toolkit):
