@@ -19,10 +19,11 @@ import pytest
 
 # The fixture modules' own asserts get pytest's messages too; registered before anything
 # imports them.
-pytest.register_assert_rewrite("tests.env_fixtures", "tests.sandbox_fixtures", "tests.egress_fixtures", "tests.model_server")
+pytest.register_assert_rewrite("tests.env_fixtures", "tests.index_fixtures", "tests.sandbox_fixtures", "tests.egress_fixtures", "tests.model_server")
 
 from tests.env_fixtures import demo_index, slow_gate  # noqa: E402,F401
 from tests.helpers import bearer_headers  # noqa: E402
+from tests.index_fixtures import local_index  # noqa: E402,F401
 from tests.model_server import model_server  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent

@@ -22,6 +22,7 @@ DJANGO_FREE = {
     "toolhub.vault": set(),
     "toolhub.packages.envbuild": {"toolhub.packages.build_runner"},
     "toolhub.packages.build_runner": set(),
+    "toolhub.packages.index_client": set(),
 }
 
 

@@ -371,11 +371,11 @@ def test_the_queue_page_pages_and_never_reads_a_revisions_heavy_columns(client, 
     for column in ('"source"', '"build_log"', '"lock"', '"traceback"', '"manifest"'):
         assert column not in sql
     page = response.content.decode()
-    assert page.count('name="name" value="pkg-') == 50
+    assert page.count('<tr data-package="pkg-') == 50
     assert "and 3 more revisions" in page  # pkg-00: many and again_00..21 ask, 20 are listed
     assert "Page 1 of 2" in page
     second = client.get("/packages/", {"page": 2}).content.decode()
-    assert second.count('name="name" value="pkg-') == 10
+    assert second.count('<tr data-package="pkg-') == 10
 
 
 def test_the_queue_form_refuses_an_overlong_reason_or_constraint(client, admin, alice, upload):

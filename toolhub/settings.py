@@ -260,6 +260,10 @@ TOOLHUB_FIND_LINKS = env.list("TOOLHUB_FIND_LINKS", default=[])
 TOOLHUB_NO_INDEX = env.bool("TOOLHUB_NO_INDEX", default=False)
 # A CA bundle for the index (an intranet mirror, or a proxy that inspects TLS).
 TOOLHUB_INDEX_CERT = env.str("TOOLHUB_INDEX_CERT", default=os.environ.get("SSL_CERT_FILE", ""))
+# The approval queue shows what the index says about each name, looked up by a task with this
+# limit per index (seconds), and asked again after TOOLHUB_INDEX_CHECK_MAX_AGE seconds.
+TOOLHUB_INDEX_CHECK_TIMEOUT = env.float("TOOLHUB_INDEX_CHECK_TIMEOUT", default=10.0)
+TOOLHUB_INDEX_CHECK_MAX_AGE = env.int("TOOLHUB_INDEX_CHECK_MAX_AGE", default=24 * 3600)
 TOOLHUB_BUILD_TIMEOUT = env.float("TOOLHUB_BUILD_TIMEOUT", default=900.0)
 TOOLHUB_BUILD_SILENCE_TIMEOUT = env.float("TOOLHUB_BUILD_SILENCE_TIMEOUT", default=300.0)
 # Refuse source distributions, so no package's build code runs on the worker.

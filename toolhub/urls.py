@@ -58,6 +58,7 @@ urlpatterns = [
     path("packages/", packages.package_queue, name="package_queue"),
     path("packages/decide/", packages.package_decide, name="package_decide"),
     path("packages/remap/", packages.package_remap, name="package_remap"),
+    path("packages/<str:name>/index/", packages.package_index, name="package_index"),
     path("agent/", agent_runs.agent_new, name="agent_new"),
     path("agent/runs/", agent_runs.agent_run_list, name="agent_run_list"),
     path("agent/runs/<uuid:run_id>/", agent_runs.agent_run_detail, name="agent_run_detail"),

@@ -8,7 +8,8 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.conftest import example
+from tests.conftest import example, toolkit_source
+from toolhub.packages.models import Package
 from toolhub.toolkits.models import Status
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
@@ -30,10 +31,10 @@ def test_an_admin_approves_a_package_and_the_toolkit_becomes_ready(
     row = page.locator("tr[data-package='humanize']")
     expect(row).to_contain_text("friendly_sizes #1")
     expect(row).to_contain_text(">=4")
-    shot("package-queue")
+    shot("package-queue-before-build")
 
     page.get_by_role("checkbox", name="humanize").check()
-    page.get_by_role("button", name="Approve").click()
+    page.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator(".messages")).to_contain_text("Approved: humanize")
     expect(page.get_by_text("No packages here.")).to_be_visible()
     expect(page.get_by_role("link", name=re.compile(r"^Approved \(1\)$"))).to_be_visible()
@@ -62,3 +63,45 @@ def test_an_admin_approves_a_package_and_the_toolkit_becomes_ready(
 
     page.get_by_role("link", name="Tools").click()
     expect(page.locator("#tool-natural_size form")).to_be_visible()
+
+
+def test_an_admin_approves_with_the_index_information_and_an_unknown_name_is_refused(
+    page: Page, login, admin, alice, local_index, worker, upload, shot
+) -> None:
+    """What the configured index (a real local PEP 691 index) says is looked up by the worker
+    and appears in the queue without a reload; a name the index does not know is flagged, and
+    approving it takes an explicit "approve anyway"."""
+    upload(alice, toolkit_source("Sizes", "humanize>=4, humanise-typo"), slug="sizes")
+    login(admin)
+    menu = page.get_by_role("navigation", name="Main")
+    expect(menu.locator("#pending-packages")).to_contain_text("2")
+    menu.get_by_role("link", name=re.compile("^Packages")).click()
+    humanize = page.locator("tr[data-package='humanize']")
+    # The worker's lookup arrives while the page is open (the cell polls until it has).
+    expect(humanize.locator(".index-info")).to_have_attribute("data-index-state", "found", timeout=30_000)
+    for text in ("4.9.0", "2023-11-02", "Python humanize utilities", "Licence: MIT", "wheel for Python 3.11", "1 dependency"):
+        expect(humanize).to_contain_text(text)
+    typo = page.locator("tr[data-package='humanise-typo']")
+    expect(typo.locator(".index-info")).to_have_attribute("data-index-state", "missing", timeout=30_000)
+    expect(typo).to_contain_text("Not on the index")
+    expect(humanize.locator(".index-info")).not_to_have_attribute("hx-get", re.compile(".*"))
+    shot("package-queue")
+
+    # The unknown name's own Approve button is refused without the confirmation.
+    typo.get_by_role("button", name="Approve humanise-typo").click()
+    expect(page.locator(".messages")).to_contain_text("humanise-typo is not on the package index")
+    expect(page.locator("tr[data-package='humanise-typo']")).to_be_visible()
+
+    page.locator("tr[data-package='humanize']").get_by_role("button", name="Approve humanize").click()
+    expect(page.locator(".messages")).to_contain_text("Approved: humanize")
+    expect(page.locator("tr[data-package='humanize']")).to_have_count(0)
+    expect(menu.locator("#pending-packages")).to_contain_text("1")
+
+    # Ticked, "approve anyway" approves it.
+    typo = page.locator("tr[data-package='humanise-typo']")
+    typo.get_by_label("Approve humanise-typo anyway").check()
+    typo.get_by_role("button", name="Approve humanise-typo").click()
+    expect(page.locator(".messages")).to_contain_text("Approved: humanise-typo")
+    expect(page.get_by_text("No packages here.")).to_be_visible()
+    expect(menu.locator("#pending-packages")).to_have_count(0)
+    assert dict(Package.objects.values_list("name", "status")) == {"humanize": "approved", "humanise-typo": "approved"}

@@ -397,7 +397,9 @@ def list_packages(
 def approve_package(request, payload: s.ApproveIn, name: str = Path(..., max_length=PACKAGE_NAME_MAX)):
     _admin(request)
     try:
-        package = lifecycle.package_approve(name=name, user=request.user, constraint=payload.constraint or "")
+        package = lifecycle.package_approve(
+            name=name, user=request.user, constraint=payload.constraint or "", unknown_confirmed=payload.approve_unknown
+        )
     except package_services.InvalidDecision as exc:
         raise _error(400, str(exc), exc.field) from None
     return _package(package)

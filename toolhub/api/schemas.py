@@ -129,6 +129,8 @@ class PackageList(Schema):
 
 class ApproveIn(StrictBody):
     constraint: str | None = Field(default=None, max_length=MAX_CONSTRAINT_CHARS)
+    # Needed to approve a name the package index does not know (a typo, or squatted).
+    approve_unknown: bool = False
 
 
 class RejectIn(StrictBody):

@@ -12,6 +12,16 @@ class Approval(models.TextChoices):
     REJECTED = "rejected", _("Rejected")
 
 
+class IndexState(models.TextChoices):
+    """What the package index said about a name (toolhub.packages.index_client)."""
+
+    UNCHECKED = "unchecked", _("Not checked")
+    CHECKING = "checking", _("Checking")
+    FOUND = "found", _("On the index")
+    MISSING = "missing", _("Not on the index")
+    ERROR = "error", _("Index not readable")
+
+
 class Package(models.Model):
     """One Python package name (PEP 503-normalised) and the admin's decision on it."""
 
@@ -24,6 +34,12 @@ class Package(models.Model):
     )
     reviewed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # What the configured index says about the name, fetched by a task
+    # (toolhub.packages.tasks.check_package_index): `index_info` is IndexInfo.as_dict().
+    index_state = models.CharField(max_length=16, choices=IndexState.choices, default=IndexState.UNCHECKED)
+    index_info = models.JSONField(default=dict, blank=True)
+    index_requested_at = models.DateTimeField(null=True, blank=True)
+    index_checked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["name"]

@@ -21,7 +21,8 @@ def packages_with_requests(*, status: str | None = None, requests_shown: int) ->
     packages = Package.objects.all() if status is None else Package.objects.filter(status=status)
     return (
         packages.select_related("reviewed_by")
-        .only("name", "status", "constraint", "reason", "reviewed_at", "reviewed_by__username")
+        .only("name", "status", "constraint", "reason", "reviewed_at", "reviewed_by__username",
+              "index_state", "index_info", "index_requested_at", "index_checked_at")
         .annotate(requested_count=Count("requests"))
         .prefetch_related(Prefetch("requests", queryset=requests[:requests_shown], to_attr="shown_requests"))
         .order_by("name")
@@ -38,3 +39,12 @@ def decisions_recent(*, limit: int = 50) -> QuerySet[Decision]:
     return Decision.objects.select_related("package", "decided_by").only(
         "status", "constraint", "reason", "decided_at", "package__name", "decided_by__username"
     )[:limit]
+
+
+def package_for_queue(*, name: str) -> Package | None:
+    """One package's index information (the queue's polled cell)."""
+    return Package.objects.only("name", "status", "index_state", "index_info", "index_requested_at", "index_checked_at").filter(name=name).first()
+
+
+def pending_count() -> int:
+    return Package.objects.filter(status=Approval.PENDING).count()

@@ -10,10 +10,11 @@ from collections.abc import Iterable
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils import timezone
+from django.utils.translation import ngettext
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidName, canonicalize_name
 
-from toolhub.packages.models import Approval, Decision, ImportMapping, Package, PackageRequest
+from toolhub.packages.models import Approval, Decision, ImportMapping, IndexState, Package, PackageRequest
 
 # The reason for a rejection is shown to every author who asked; 2,000 characters is plenty.
 MAX_REASON_CHARS = 2000
@@ -35,6 +36,12 @@ class InvalidPackageName(InvalidDecision):
 
 class MissingReason(InvalidDecision):
     field = "reason"
+
+
+class NotOnIndex(InvalidDecision):
+    """An approval of a name the package index does not know, not confirmed as meant."""
+
+    field = "name"
 
 
 def normalise(name: str) -> str:
@@ -170,9 +177,23 @@ def clean_constraint(constraint: str) -> str:
     return constraint
 
 
-def clean_approval(*, names: Iterable[str], constraint: str = "") -> tuple[list[str], str]:
-    """Check an approval before anything changes: the names in PEP 503 form, the constraint."""
-    return [validate_name(name) for name in names], clean_constraint(constraint)
+def clean_approval(*, names: Iterable[str], constraint: str = "", unknown_confirmed: Iterable[str] = ()) -> tuple[list[str], str]:
+    """Check an approval before anything changes: the names in PEP 503 form, the constraint,
+    and no name the index does not know unless it is in `unknown_confirmed` (a typo or a
+    squatted name is not approved by accident)."""
+    cleaned, constraint = [validate_name(name) for name in names], clean_constraint(constraint)
+    confirmed = {normalise(name) for name in unknown_confirmed}
+    unknown = sorted(
+        Package.objects.filter(name__in=cleaned, index_state=IndexState.MISSING).exclude(name__in=confirmed)
+        .values_list("name", flat=True)
+    )
+    if unknown:
+        raise NotOnIndex(ngettext(
+            "%(names)s is not on the package index; confirm that you approve it anyway to approve it.",
+            "%(names)s are not on the package index; confirm that you approve them anyway to approve them.",
+            len(unknown),
+        ) % {"names": ", ".join(unknown)})
+    return cleaned, constraint
 
 
 def clean_rejection(*, names: Iterable[str], reason: str) -> tuple[list[str], str]:

@@ -31,6 +31,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
 from toolhub.accounts.roles import is_admin
+from toolhub.packages import index_checks
 from toolhub.packages import services as packages
 from toolhub.packages.models import Approval, Package, PackageRequest
 from toolhub.toolkits.models import Revision, Status, Toolkit
@@ -94,6 +95,8 @@ def submit(*, revision: Revision, extra_names: dict[str, str] | None = None) -> 
     with transaction.atomic():
         packages.requests_record(revision_id=revision.pk, wanted=wanted, transitive=extra_names or {}, inferred=inferred)
         evaluate(revision=revision)
+        # So that the approval queue already knows what the index says when an admin opens it.
+        index_checks.queue_checks_for([*wanted, *(extra_names or {})])
 
 
 def evaluate(*, revision: Revision) -> None:
@@ -181,10 +184,12 @@ def import_remap(*, module: str, distribution: str, user: User) -> int:
     return changed
 
 
-def packages_approve(*, names: Iterable[str], user: User, constraint: str = "") -> list[Package]:
+def packages_approve(
+    *, names: Iterable[str], user: User, constraint: str = "", unknown_confirmed: Iterable[str] = (),
+) -> list[Package]:
     """Approve packages (an optional constraint applies to each); checks every input before
-    changing anything."""
-    cleaned, constraint = packages.clean_approval(names=names, constraint=constraint)
+    changing anything. Names the index does not know need to be in `unknown_confirmed`."""
+    cleaned, constraint = packages.clean_approval(names=names, constraint=constraint, unknown_confirmed=unknown_confirmed)
     return packages_decide(names=cleaned, status=Approval.APPROVED, user=user, constraint=constraint)
 
 
@@ -194,8 +199,8 @@ def packages_reject(*, names: Iterable[str], user: User, reason: str) -> list[Pa
     return packages_decide(names=cleaned, status=Approval.REJECTED, user=user, reason=reason)
 
 
-def package_approve(*, name: str, user: User, constraint: str = "") -> Package:
-    [package] = packages_approve(names=[name], user=user, constraint=constraint)
+def package_approve(*, name: str, user: User, constraint: str = "", unknown_confirmed: bool = False) -> Package:
+    [package] = packages_approve(names=[name], user=user, constraint=constraint, unknown_confirmed=[name] if unknown_confirmed else [])
     return package
 
 

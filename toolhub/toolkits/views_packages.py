@@ -9,7 +9,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
@@ -18,8 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import admin_required, can_manage_toolkit, is_admin
+from toolhub.packages import index_checks, services
 from toolhub.packages import selectors as package_selectors
-from toolhub.packages import services
 from toolhub.packages.models import Approval
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits.models import Status
@@ -51,8 +51,6 @@ def hide_host_paths(text: str) -> str:
     return pattern.sub(lambda match: labels[match.group(0)], text)
 
 
-
-
 @login_required
 @admin_required
 @require_GET
@@ -66,6 +64,8 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
         # Set by the annotation and the prefetch above (names the stubs cannot see).
         shown = len(getattr(package, "shown_requests"))  # noqa: B009
         setattr(package, "more_requests", getattr(package, "requested_count") - shown)  # noqa: B009,B010
+    # What the index says about each name: looked up by a task, never while the page waits.
+    index_checks.queue_checks(page)
     # The imports shown as inferred, each with its own (hidden) remap form.
     inferred_modules = sorted({r.import_name for package in page for r in getattr(package, "shown_requests") if r.import_name})  # noqa: B009
     decisions = package_selectors.decisions_recent(limit=50)
@@ -74,9 +74,24 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(
         request, "packages/queue.html",
         {"packages": page, "page": page, "status": status, "decisions": decisions, "statuses": statuses,
-         "inferred_modules": inferred_modules,
+         "inferred_modules": inferred_modules, **_index_context(),
          "constraint_max": 200, "reason_max": services.MAX_REASON_CHARS},
     )
+
+
+@login_required
+@admin_required
+@require_GET
+def package_index(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
+    """The queue's cell of what the index says about one package (polled while it is checked)."""
+    package = package_selectors.package_for_queue(name=name)
+    if package is None:
+        raise Http404
+    return render(request, "packages/_index_info.html", {"p": package, **_index_context()})
+
+
+def _index_context() -> dict:
+    return {"index_checks": index_checks.enabled(), "target_python": "{}.{}".format(*index_checks.target_python())}
 
 
 @login_required
@@ -98,7 +113,10 @@ def package_decide(request: AuthenticatedHttpRequest) -> HttpResponse:
         if action == "reject":
             lifecycle.packages_reject(names=names, user=request.user, reason=reason)
         else:
-            lifecycle.packages_approve(names=names, user=request.user, constraint=request.POST.get("constraint", ""))
+            lifecycle.packages_approve(
+                names=names, user=request.user, constraint=request.POST.get("constraint", ""),
+                unknown_confirmed=request.POST.getlist("approve_unknown"),
+            )
     except services.InvalidDecision as exc:
         messages.error(request, str(exc))
         return back

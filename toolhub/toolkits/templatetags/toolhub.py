@@ -6,6 +6,8 @@ from django.utils.html import format_html
 from django.utils.translation import gettext as _
 
 from toolhub.accounts.roles import is_admin
+from toolhub.packages import index_checks
+from toolhub.packages import selectors as package_selectors
 from toolhub.toolkits.display import Resolved, resolve, tool_display
 
 register = template.Library()
@@ -54,3 +56,15 @@ def as_json(value) -> str:
         return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
     except (TypeError, ValueError):
         return repr(value)
+
+
+@register.filter
+def index_polling(package) -> bool:
+    """Whether the queue keeps asking for a package's index information (a check is under way)."""
+    return index_checks.still_checking(package)
+
+
+@register.simple_tag(takes_context=True)
+def pending_packages(context) -> int:
+    """How many packages wait for an admin's decision (the menu's badge); 0 for everyone else."""
+    return package_selectors.pending_count() if is_admin(context.get("user") or AnonymousUser()) else 0
