@@ -28,6 +28,7 @@ from toolhub.api import schemas as s
 from toolhub.api.auth import BrowserSession, TokenAuth
 from toolhub.api.serializers import (
     agent_run_out,
+    event_out,
     invocation_out,
     model_connection_out,
     package_out,
@@ -39,7 +40,7 @@ from toolhub.packages import services as package_services
 from toolhub.packages.models import Package
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation
-from toolhub.runs.selectors import get_invocation_for_user
+from toolhub.runs.selectors import EVENTS_PAGE_MAX, events_after, get_invocation_for_user
 from toolhub.toolkits import access, bulk, lifecycle, selectors, services, valves
 from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, ToolkitSourceInvalid
 from toolhub.vault.secret_fields import MASK, mask_values
@@ -492,6 +493,17 @@ def _invocation(request, invocation_id: str) -> Invocation:
 @api.get("/invocations/{invocation_id}", response={200: s.InvocationOut, **ERRORS}, tags=["invocations"])
 def get_invocation(request, invocation_id: str):
     return invocation_out(_invocation(request, invocation_id), with_events=True)
+
+
+@api.get("/invocations/{invocation_id}/events", response={200: s.EventPage, **ERRORS}, tags=["invocations"])
+def list_events(
+    request, invocation_id: str,
+    after: int = Query(0, ge=0, le=2**31 - 1), limit: int = Query(EVENTS_PAGE_MAX, ge=1, le=EVENTS_PAGE_MAX),
+):
+    """A run's events in order, a page at a time: pass the answer's `next_after` as `after` for
+    the next page (null once there is none). However long the run, one page is one query."""
+    events, next_after = events_after(_invocation(request, invocation_id), after=after, limit=limit)
+    return {"items": [event_out(e) for e in events], "next_after": next_after}
 
 
 @api.post("/invocations/{invocation_id}/respond", response={200: s.InvocationOut, **ERRORS}, tags=["invocations"])

@@ -154,6 +154,12 @@ class EventOut(Schema):
     data: Any
 
 
+class EventPage(Schema):
+    items: list[EventOut]
+    # The `after` of the next page; null on the last one.
+    next_after: int | None
+
+
 class InvocationOut(Schema):
     id: str
     toolkit: str
@@ -164,6 +170,8 @@ class InvocationOut(Schema):
     result: Any = None
     error: str | None
     events: list[EventOut]
+    # Set when the run has more events than `events` holds: GET .../events?after= this.
+    events_next_after: int | None = None
     created_at: str
     started_at: str | None
     finished_at: str | None

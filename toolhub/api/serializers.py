@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from toolhub.runs.models import Invocation
+from toolhub.runs.selectors import events_after
 from toolhub.toolkits.access import access_out
 from toolhub.toolkits.display import resolve, tool_display
 from toolhub.toolkits.models import Toolkit
@@ -100,7 +101,14 @@ def package_out(package) -> dict:
     }
 
 
+def event_out(event) -> dict:
+    return {"seq": event.seq, "type": event.type, "data": event.data}
+
+
 def invocation_out(invocation: Invocation, *, with_events: bool = True) -> dict:
+    """An invocation with (at most) its first EVENTS_PAGE_MAX events; `events_next_after` is
+    the cursor of the rest (GET /invocations/{id}/events?after=), null when they are all here."""
+    events, events_next_after = events_after(invocation) if with_events else ([], None)
     return {
         "id": str(invocation.id),
         "toolkit": invocation.toolkit.slug,
@@ -110,7 +118,8 @@ def invocation_out(invocation: Invocation, *, with_events: bool = True) -> dict:
         "status": invocation.status,
         "result": invocation.result,
         "error": invocation.error or None,
-        "events": [{"seq": e.seq, "type": e.type, "data": e.data} for e in invocation.events.all()] if with_events else [],
+        "events": [event_out(e) for e in events],
+        "events_next_after": events_next_after,
         "created_at": invocation.created_at.isoformat(),
         "started_at": _iso(invocation.started_at),
         "finished_at": _iso(invocation.finished_at),

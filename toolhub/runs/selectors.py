@@ -8,7 +8,10 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from toolhub.accounts.roles import is_admin
-from toolhub.runs.models import Invocation, RunStatus
+from toolhub.runs.models import Event, Invocation, RunStatus
+
+# The most events one API page (and the inline list of an invocation) holds.
+EVENTS_PAGE_MAX = 1000
 
 
 def parse_invocation_id(value) -> uuid.UUID | None:
@@ -55,3 +58,22 @@ def invocations_history(*, toolkit: str = "", user: str = "", status: str = "", 
     if tool:
         qs = qs.filter(tool=tool)
     return qs
+
+
+def events_after(invocation: Invocation, *, after: int = 0, limit: int = EVENTS_PAGE_MAX) -> tuple[list[Event], int | None]:
+    """A run's events after `after` (a seq), in order, at most `limit` of them, and the cursor
+    of the next page (the seq to pass as `after`; None at the end). One query, however long
+    the run's list is."""
+    rows = list(Event.objects.filter(invocation=invocation, seq__gt=after).order_by("seq")[: limit + 1])
+    page = rows[:limit]
+    return page, (page[-1].seq if len(rows) > limit else None)
+
+
+def events_before(invocation: Invocation, *, before: int | None = None, limit: int) -> tuple[list[Event], bool]:
+    """A run's last `limit` events (of those before `before`, a seq, when given), in order,
+    and whether earlier ones exist. One query."""
+    qs = Event.objects.filter(invocation=invocation)
+    if before is not None:
+        qs = qs.filter(seq__lt=before)
+    rows = list(qs.order_by("-seq")[: limit + 1])
+    return rows[:limit][::-1], len(rows) > limit

@@ -27,6 +27,8 @@ from toolhub.toolkits.views import detail_context
 from toolhub.vault.secret_fields import follow_local_ref
 
 HISTORY_PAGE = 25
+# A run's page shows at most this many of its events, the last ones, and links to earlier ones.
+RUN_PAGE_EVENTS = 500
 # Log nodes nest at most this deep on the page; deeper ones are shown at this depth. The tree
 # comes from the tool, and each level is a recursive template include.
 MAX_LOG_DEPTH = 12
@@ -237,8 +239,10 @@ def tool_run(request: AuthenticatedHttpRequest, slug: str, tool: str) -> HttpRes
     )
 
 
-def _invocation_context(request: HttpRequest, invocation: Invocation) -> dict:
-    events = list(invocation.events.all())
+def _invocation_context(request: HttpRequest, invocation: Invocation, *, before: int | None = None) -> dict:
+    """What a run's live section shows, from its last RUN_PAGE_EVENTS events (those before the
+    seq `before`, when given: a look further back, which does not poll)."""
+    events, earlier = selectors.events_before(invocation, before=before, limit=RUN_PAGE_EVENTS)
     statuses, message_text, citations, notifications, logs, others, calls = [], "", [], [], {}, [], []
     for event in events:
         data = event.data if isinstance(event.data, dict) else {}
@@ -296,6 +300,11 @@ def _invocation_context(request: HttpRequest, invocation: Invocation) -> dict:
         # The launcher reports kilobytes; filesizeformat wants bytes.
         "max_rss_bytes": invocation.max_rss_kb * 1024 if invocation.max_rss_kb else None,
         "live": not invocation.is_finished,
+        "poll": not invocation.is_finished and before is None,
+        # Links through a long list of events: the page never carries more than RUN_PAGE_EVENTS.
+        "events_shown": (events[0].seq, events[-1].seq) if events and (earlier or before is not None) else None,
+        "earlier_url": f"{invocation.get_absolute_url()}?before={events[0].seq}" if earlier and events else "",
+        "latest_url": invocation.get_absolute_url() if before is not None else "",
         "elapsed_ms": elapsed_ms,
         "elapsed_seconds": f"{elapsed_ms / 1000:.1f}" if elapsed_ms is not None else "",
     }
@@ -377,8 +386,12 @@ def _citation(data: dict) -> dict:
 @login_required
 @require_GET
 def invocation_detail(request: AuthenticatedHttpRequest, invocation_id) -> HttpResponse:
+    """A run; `?before=<seq>` shows the events before that one (the "Show earlier events" link)."""
     invocation = get_invocation_for_user(user=request.user, invocation_id=invocation_id)
-    return render(request, "runs/invocation.html", _invocation_context(request, invocation))
+    before = request.GET.get("before", "")
+    # Like a page number, anything but a plausible seq shows the latest events.
+    seq = int(before) if before.isascii() and before.isdigit() and len(before) <= 10 and 0 < int(before) < 2**31 else None
+    return render(request, "runs/invocation.html", _invocation_context(request, invocation, before=seq))
 
 
 @login_required
