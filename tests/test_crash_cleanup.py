@@ -56,10 +56,10 @@ def test_new_directories_carry_the_pid_of_their_process(tmp_path):
 
 
 @pytest.mark.django_db
-def test_an_egress_socket_directory_carries_the_workers_pid(upload, alice):
-    toolkit = upload(alice, toolkit_source("Net"))
+def test_an_egress_socket_directory_carries_the_workers_pid(upload, admin):
+    toolkit = upload(admin, toolkit_source("Net"))
     toolkit.egress_granted = True
-    with sandboxing.egress_for(toolkit) as (binds, _request, _handle):
+    with sandboxing.egress_for(toolkit, toolkit.current_revision) as (binds, _request, _handle):
         directory = binds[0][0].parent
         assert directory.name.startswith(f"th-egress-{os.getpid()}-")
     assert not directory.exists()

@@ -1,5 +1,6 @@
-"""An egress grant is held when a non-admin's new revision mentions new hosts (issue 15,
-finding 6): its runs get no network until an admin confirms the grant again."""
+"""An egress grant covers code an admin saw (issue 15, finding 6): a non-admin's new revision
+waits for review, and one that becomes current unseen (a rollback) and mentions new hosts
+holds the grant: its runs get no network until an admin confirms it again."""
 
 from __future__ import annotations
 
@@ -17,12 +18,18 @@ def _with_url(url: str) -> str:
     return toolkit_source("Fetcher") + f'\n\nENDPOINT = "{url}"\n'
 
 
-def _ready_and_current(toolkit: Toolkit, source: str, user) -> Toolkit:
+def _ready(toolkit: Toolkit, source: str, user):
+    """Upload a revision and let introspection finish, the way the worker would."""
     revision = revision_upload(toolkit=toolkit, source=source, user=user).revision
-    revision.set_status(Status.READY)
+    revision.set_status(Status.BUILDING)
     revision.save()
-    lifecycle.promote(revision=revision)
-    return Toolkit.objects.get(pk=toolkit.pk)
+    lifecycle.ready(revision=revision, tools=[], valves_schema=None, user_valves_schema=None, plugin_metadata=None)
+    revision.refresh_from_db()
+    return revision
+
+
+def _current(toolkit: Toolkit):
+    return Toolkit.objects.select_related("current_revision").get(pk=toolkit.pk)
 
 
 @pytest.fixture
@@ -35,48 +42,70 @@ def granted(upload, alice, admin):
 
 
 def _network(toolkit) -> bool:
-    with sandboxing.egress_for(toolkit) as (binds, request, handle):
+    toolkit = _current(toolkit)
+    with sandboxing.egress_for(toolkit, toolkit.current_revision) as (binds, request, handle):
         return bool(binds) and request is not None
 
 
-def test_a_non_admins_revision_with_new_hosts_holds_the_grant(granted, alice, admin, client):
+def test_a_non_admins_revision_with_new_hosts_waits_for_review_while_the_old_one_keeps_the_grant(granted, alice, admin):
     assert _network(granted)
-    toolkit = _ready_and_current(granted, _with_url("https://collector.evil.example/steal"), alice)
-    assert toolkit.current_revision.number == 2
-    assert toolkit.egress_granted and toolkit.egress_held_hosts == ["collector.evil.example"]
-    assert not _network(toolkit)
-    client.force_login(alice)
-    html = client.get(f"/toolkits/{toolkit.slug}/").content.decode()
-    assert 'id="egress-held"' in html and "<code>collector.evil.example</code>" in html
-    # The admin confirms the grant for the new code.
-    toolkit = toolkit_set_egress(toolkit=toolkit, granted=True, hosts=[], by=admin)
-    assert toolkit.egress_held_hosts == []
-    assert _network(Toolkit.objects.get(pk=toolkit.pk))
-
-
-def test_a_revision_without_new_hosts_keeps_the_grant(granted, alice):
-    toolkit = _ready_and_current(granted, _with_url("https://api.example.org/v2"), alice)
-    assert toolkit.current_revision.number == 2
-    assert toolkit.egress_held_hosts == []
+    revision = _ready(granted, _with_url("https://collector.evil.example/steal"), alice)
+    assert revision.status == Status.AWAITING_REVIEW
+    assert "network egress grant" in revision.status_detail
+    toolkit = _current(granted)
+    assert toolkit.current_revision.number == 1 and _network(toolkit)
+    # The admin saw the new hosts in the review queue: approving confirms them.
+    lifecycle.review_decide(revision_id=revision.pk, user=admin, approve=True)
+    toolkit = _current(granted)
+    assert toolkit.current_revision.number == 2 and toolkit.egress_held_hosts == []
     assert _network(toolkit)
 
 
 def test_an_admins_own_revision_keeps_the_grant(granted, admin):
-    toolkit = _ready_and_current(granted, _with_url("https://other.example.com/"), admin)
-    assert toolkit.egress_held_hosts == []
+    revision = _ready(granted, _with_url("https://other.example.com/"), admin)
+    assert revision.status == Status.READY
+    toolkit = _current(granted)
+    assert toolkit.current_revision.number == 2 and toolkit.egress_held_hosts == []
+    assert _network(toolkit)
 
 
-def test_a_hold_survives_a_rollback_until_an_admin_confirms(granted, alice):
-    toolkit = _ready_and_current(granted, _with_url("https://collector.evil.example/"), alice)
+@pytest.fixture
+def held(upload, alice, admin):
+    """Revision 2 (new hosts) was current before the grant; the grant was made on revision 1;
+    then alice rolled back to revision 2, which no admin saw."""
+    toolkit = upload(alice, _with_url("https://api.example.org/v1"))
+    lifecycle.ready(revision=toolkit.current_revision, tools=[], valves_schema=None, user_valves_schema=None, plugin_metadata=None)
+    _ready(toolkit, _with_url("https://collector.evil.example/steal"), alice)
+    toolkit = _current(toolkit)
     lifecycle.rollback(toolkit=toolkit, revision=toolkit.revisions.get(number=1))
-    toolkit = Toolkit.objects.get(pk=toolkit.pk)
-    # Conservative: the hold stays, and hosts new against the revision before are added.
+    toolkit = toolkit_set_egress(toolkit=_current(toolkit), granted=True, hosts=[], by=admin)
+    lifecycle.rollback(toolkit=_current(toolkit), revision=toolkit.revisions.get(number=2))
+    return _current(toolkit)
+
+
+def test_an_unreviewed_revision_made_current_again_holds_the_grant(held, alice, admin, client):
+    assert held.current_revision.number == 2
+    assert held.egress_granted and held.egress_held_hosts == ["collector.evil.example"]
+    assert not _network(held)
+    client.force_login(alice)
+    html = client.get(f"/toolkits/{held.slug}/").content.decode()
+    assert 'id="egress-held"' in html and "<code>collector.evil.example</code>" in html
+    # The admin confirms the grant for the code that is current now.
+    toolkit = toolkit_set_egress(toolkit=held, granted=True, hosts=[], by=admin)
+    assert toolkit.egress_held_hosts == []
+    assert _network(toolkit)
+
+
+def test_a_hold_survives_a_rollback_until_an_admin_confirms(held):
+    lifecycle.rollback(toolkit=held, revision=held.revisions.get(number=1))
+    toolkit = _current(held)
+    # Conservative: the hold stays.
     assert "collector.evil.example" in toolkit.egress_held_hosts
     assert not _network(toolkit)
 
 
-def test_the_hold_notice_is_translated(granted, alice, client):
-    toolkit = _ready_and_current(granted, _with_url("https://collector.evil.example/"), alice)
+def test_the_hold_notice_is_translated(held, alice, client):
+    toolkit = held
     client.force_login(alice)
     client.cookies["django_language"] = "fr"
     html = client.get(f"/toolkits/{toolkit.slug}/").content.decode()

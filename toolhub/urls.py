@@ -17,6 +17,7 @@ from toolhub.toolkits import views_egress as toolkit_egress
 from toolhub.toolkits import views_i18n as toolkit_i18n
 from toolhub.toolkits import views_import as toolkit_import
 from toolhub.toolkits import views_packages as packages
+from toolhub.toolkits import views_review as reviews
 from toolhub.toolkits import views_settings as toolkit_settings
 
 urlpatterns = [
@@ -59,6 +60,8 @@ urlpatterns = [
     path("packages/decide/", packages.package_decide, name="package_decide"),
     path("packages/remap/", packages.package_remap, name="package_remap"),
     path("packages/<str:name>/index/", packages.package_index, name="package_index"),
+    path("packages/reviews/", reviews.revision_queue, name="revision_queue"),
+    path("packages/reviews/<int:revision_id>/", reviews.revision_review, name="revision_review"),
     path("agent/", agent_runs.agent_new, name="agent_new"),
     path("agent/runs/", agent_runs.agent_run_list, name="agent_run_list"),
     path("agent/runs/<uuid:run_id>/", agent_runs.agent_run_detail, name="agent_run_detail"),

@@ -285,7 +285,8 @@ def rollback_toolkit(request, slug: str, payload: s.RollbackIn):
     try:
         services.toolkit_rollback(toolkit=toolkit, number=payload.revision)
     except ToolkitSourceInvalid as exc:
-        raise _error(404, exc.errors[0].message, "revision") from None
+        status = 409 if isinstance(exc, services.RevisionAwaitingReview) else 404
+        raise _error(status, exc.errors[0].message, "revision") from None
     return toolkit_out(_toolkit(request, slug), language=_language(request))
 
 

@@ -7,7 +7,7 @@ from pydantic import ConfigDict, Field
 
 # What the API accepts, stated in the OpenAPI document too (lengths are those of the columns).
 SLUG_PATTERN = r"^[a-z0-9_]{1,64}$"
-RevisionStatus = Literal["uploaded", "awaiting_approval", "building", "ready", "failed", "rejected"]
+RevisionStatus = Literal["uploaded", "awaiting_approval", "building", "ready", "failed", "rejected", "awaiting_review"]
 PackageStatus = Literal["pending", "approved", "rejected"]
 RunStatus = Literal["queued", "running", "awaiting_input", "succeeded", "failed", "timed_out"]
 MAX_REASON_CHARS = 2000
@@ -52,6 +52,8 @@ class RevisionOut(Schema):
     created_at: str
     uploaded_by: str
     status: RevisionStatus
+    # The admin who approved or rejected it in review (`awaiting_review`), if any.
+    reviewed_by: str | None = None
 
 
 class ToolkitSummary(Schema):

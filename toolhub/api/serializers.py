@@ -58,8 +58,8 @@ def display_for(toolkit: Toolkit, revision, language: str) -> dict:
 
 def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
     revision = toolkit.current_revision
-    revisions = toolkit.revisions.select_related("uploaded_by").only(
-        "number", "sha256", "version", "created_at", "uploaded_by__username", "status"
+    revisions = toolkit.revisions.select_related("uploaded_by", "reviewed_by").only(
+        "number", "sha256", "version", "created_at", "uploaded_by__username", "status", "reviewed_by__username"
     ).order_by("number")
     ready = revision is not None and revision.status == "ready"
     data = toolkit_summary(toolkit)
@@ -74,7 +74,8 @@ def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
         user_valves_schema=revision.user_valves_schema if ready and revision else None,
         revisions=[
             {"revision": r.number, "sha256": r.sha256, "version": r.version, "created_at": r.created_at.isoformat(),
-             "uploaded_by": r.uploaded_by.username, "status": r.status}
+             "uploaded_by": r.uploaded_by.username, "status": r.status,
+             "reviewed_by": r.reviewed_by.username if r.reviewed_by else None}
             for r in revisions
         ],
         display=display_for(toolkit, revision, language),

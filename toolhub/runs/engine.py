@@ -28,7 +28,7 @@ from toolhub.sandbox.limits import StopRun
 from toolhub.toolkits import sandboxing
 from toolhub.toolkits.building import revision_environment
 from toolhub.toolkits.models import Revision
-from toolhub.toolkits.valves import load_values, schema_secrets
+from toolhub.toolkits.valves import admin_values_for_run, load_values, schema_secrets
 from toolhub.vault.secret_fields import MASK
 
 logger = logging.getLogger(__name__)
@@ -376,7 +376,7 @@ def _execute(invocation: Invocation) -> None:
         recorder = Recorder(invocation, scrub)
         with Heartbeat(invocation.pk, flush=recorder.flush_if_due) as heartbeat:
             env_dir = revision_environment(revision)
-            with sandboxing.egress_for(invocation.toolkit) as (binds, egress, proxy):
+            with sandboxing.egress_for(invocation.toolkit, revision) as (binds, egress, proxy):
                 request["egress"] = egress
                 # One hard deadline: the wall-clock limit, plus at most the answer budget (and a
                 # little for the worker's own writes) spent waiting on the host.
@@ -441,7 +441,8 @@ def _alive(invocation: Invocation) -> bool:
 
 
 def _invoke_request(invocation: Invocation) -> dict:
-    """The request line for the runtime. Valve values are decrypted only here, into it."""
+    """The request line for the runtime. Valve values are decrypted only here, into it; the
+    admin's secret Valves only for a revision an admin uploaded or approved."""
     revision = invocation.revision
     user = invocation.user
     return {
@@ -449,7 +450,7 @@ def _invoke_request(invocation: Invocation) -> dict:
         "source_path": "/opt/toolkit/toolkit.py",
         "tool": invocation.tool,
         "arguments": invocation.arguments,
-        "valves": load_values(toolkit=invocation.toolkit) if revision.valves_schema else None,
+        "valves": admin_values_for_run(toolkit=invocation.toolkit, revision=revision) if revision.valves_schema else None,
         "user_valves": load_values(toolkit=invocation.toolkit, user=user) if revision.user_valves_schema else None,
         "user": {"id": str(user.pk), "name": user.get_full_name() or user.username, "email": user.email,
                  "role": "admin" if user.is_staff else "user"},

@@ -4,7 +4,15 @@ makes a revision its toolkit's current one.
     uploaded ─submit─> awaiting_approval ─(packages approved)─> building ─> ready
                   │          │                                   │  (lock, environment,
                   │          └─(a package rejected)─> rejected    │   then introspection)
-                  └─(nothing to approve)─────────> building       └─> failed
+                  └─(nothing to approve)─────────> building       ├─> failed
+                                                                  └─> awaiting_review ─(approved)─> ready
+                                                                            └─(rejected)─> rejected
+
+`awaiting_review`: introspected (which hands the code no Valves and no network), but uploaded
+by someone who is not an admin to a toolkit that holds secret Valves an admin set or an
+egress grant. It cannot become current until an admin approves it (`review_decide`); the
+current revision keeps serving meanwhile, and a rejection keeps it. Runs check the same rule
+again when they hand out Valves and the grant (Revision.entrusted).
 
 `building` has two steps that `status_detail` tells apart: the build (queue `builds`: lock and
 environment) and introspection (queue `sandbox`: the toolkit loaded in the sandbox, its specs
@@ -30,11 +38,11 @@ from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
-from toolhub.accounts.roles import is_admin
 from toolhub.packages import index_checks
 from toolhub.packages import services as packages
 from toolhub.packages.models import Approval, Package, PackageRequest
-from toolhub.toolkits.models import Revision, Status, Toolkit
+from toolhub.toolkits.models import Review, Revision, Status, Toolkit
+from toolhub.toolkits.valves import admin_secrets_set
 
 # Where a revision can be submitted again from (the Retry button).
 RETRYABLE = (Status.FAILED, Status.REJECTED, Status.AWAITING_APPROVAL)
@@ -101,6 +109,9 @@ def submit(*, revision: Revision, extra_names: dict[str, str] | None = None) -> 
 
 def evaluate(*, revision: Revision) -> None:
     """Move a revision on from what admins decided about its packages."""
+    if revision.review == Review.REJECTED:
+        # Rejected in review: final for this revision (its author uploads a new one).
+        return
     rejected, pending = packages.request_decisions(revision_id=revision.pk)
     if rejected:
         detail = "; ".join(f"package {n} was rejected" + (f": {reason}" if reason else "") for n, reason in rejected)
@@ -265,9 +276,52 @@ def ready(*, revision: Revision, tools: list, valves_schema: dict | None, user_v
     revision.user_valves_schema = user_valves_schema
     revision.plugin_metadata = plugin_metadata
     revision.traceback = ""
+    held_for = review_needed(revision)
+    if held_for:
+        revision.set_status(Status.AWAITING_REVIEW, "Waiting for an admin to review it: it would receive " + " and ".join(held_for) + ".")
+        revision.save()
+        return
     revision.set_status(Status.READY, "")
     revision.save()
     promote(revision=revision)
+
+
+# ------------------------------------------------------------------------------------------
+# Reviews
+
+
+def review_needed(revision: Revision) -> list[str]:
+    """What an admin entrusted the toolkit with that this revision would receive, when no
+    admin uploaded or approved it: then it must wait for review (empty when it need not)."""
+    if revision.entrusted:
+        return []
+    toolkit = Toolkit.objects.get(pk=revision.toolkit_id)
+    held_for = []
+    secrets = admin_secrets_set(toolkit)
+    if secrets:
+        held_for.append("the secret Valves " + ", ".join(secrets))
+    if toolkit.egress_granted:
+        held_for.append("the network egress grant")
+    return held_for
+
+
+def review_decide(*, revision_id: int, user: User, approve: bool, reason: str = "") -> Revision | None:
+    """An admin approves (it becomes ready and current) or rejects (the current revision
+    stays) a revision awaiting review. None when it no longer awaits review."""
+    with transaction.atomic():
+        revision = Revision.objects.select_for_update().filter(pk=revision_id, status=Status.AWAITING_REVIEW).first()
+        if revision is None:
+            return None
+        revision.review = Review.APPROVED if approve else Review.REJECTED
+        revision.reviewed_by = user
+        revision.reviewed_at = timezone.now()
+        fields = ("review", "reviewed_by", "reviewed_at")
+        if approve:
+            _set(revision, Status.READY, "", *fields)
+            promote(revision=revision)
+        else:
+            _set(revision, Status.REJECTED, f"Rejected in review by {user.username}: {reason}", *fields)
+    return revision
 
 
 def reap_stale_builds() -> int:
@@ -288,6 +342,8 @@ def make_current(*, toolkit: Toolkit, revision: Revision) -> None:
     """Point the toolkit at a revision and copy its listing fields. Only these fields are
     written: a full save would write back whatever else this instance read earlier, undoing
     an egress grant made in the meantime."""
+    if revision.status == Status.AWAITING_REVIEW:
+        raise ValueError(f"revision {revision} awaits an admin's review and cannot become current")
     previous = toolkit.current_revision
     toolkit.current_revision = revision
     toolkit.title = revision.title
@@ -296,20 +352,22 @@ def make_current(*, toolkit: Toolkit, revision: Revision) -> None:
     fields = ["current_revision", "title", "author", "updated_at"]
     # An egress grant covers the code an admin saw: when a non-admin's revision mentions hosts
     # the one before it did not, the grant is held until an admin confirms it again.
-    if toolkit.egress_granted and previous is not None and previous.pk != revision.pk and not is_admin(revision.uploaded_by):
-        new_hosts = set(revision.hosts or []) - set(previous.hosts or [])
+    # (An admin who approved it in review saw them.)
+    if toolkit.egress_granted and previous is not None and previous.pk != revision.pk and not revision.entrusted:
+        new_hosts = revision.hosts_new_since(previous)
         if new_hosts:
-            toolkit.egress_held_hosts = sorted(set(toolkit.egress_held_hosts or []) | new_hosts)
+            toolkit.egress_held_hosts = sorted(set(toolkit.egress_held_hosts or []) | set(new_hosts))
             fields.append("egress_held_hosts")
     toolkit.save(update_fields=fields)
 
 
 def uploaded(*, toolkit: Toolkit, revision: Revision) -> None:
     """A new revision was added: it is current at once when the current one is not ready
-    (a working revision stays current until its successor is ready), then it is submitted.
-    Call inside the transaction that created the revision, with the toolkit row locked."""
+    (a working revision stays current until its successor is ready) and it needs no review,
+    then it is submitted. Call inside the transaction that created the revision, with the
+    toolkit row locked."""
     current = toolkit.current_revision
-    if current is None or current.status != Status.READY:
+    if current is None or (current.status != Status.READY and not review_needed(revision)):
         make_current(toolkit=toolkit, revision=revision)
     else:
         toolkit.updated_at = timezone.now()

@@ -7,6 +7,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
+from toolhub.accounts.roles import is_admin
 from toolhub.toolkits.fields import OrderedJSONField
 from toolhub.toolkits.source_checks import OPEN_WEBUI_PACKAGE, ImportSite, import_sites_in
 
@@ -17,6 +18,16 @@ class Status(models.TextChoices):
     BUILDING = "building", _("Building")
     READY = "ready", _("Ready")
     FAILED = "failed", _("Failed")
+    REJECTED = "rejected", _("Rejected")
+    # Built and inspected, but it would receive an admin's secret Valves or egress grant:
+    # an admin must approve it before it can become current (toolhub.toolkits.lifecycle).
+    AWAITING_REVIEW = "awaiting_review", _("Awaiting review")
+
+
+class Review(models.TextChoices):
+    """An admin's decision on a revision that awaited review."""
+
+    APPROVED = "approved", _("Approved")
     REJECTED = "rejected", _("Rejected")
 
 
@@ -74,6 +85,15 @@ class Toolkit(models.Model):
     def latest_revision(self) -> Revision | None:
         return self.revisions.order_by("-number").first()
 
+    def entrust_current_revision(self, by) -> None:
+        """An admin who sets the toolkit's Valves or grants it egress does so for the code
+        that is current: that revision counts as approved by them (Revision.entrusted)."""
+        # The current revision as stored now, not as this instance last read it.
+        current = Toolkit.objects.filter(pk=self.pk).values("current_revision_id")
+        Revision.objects.filter(pk__in=current).exclude(review=Review.APPROVED).update(
+            review=Review.APPROVED, reviewed_by=by, reviewed_at=timezone.now()
+        )
+
 
 # Modules whose import means the toolkit talks to the network (the static check at upload
 # warns when such a toolkit has no egress grant).
@@ -118,6 +138,12 @@ class Revision(models.Model):
     valves_schema = OrderedJSONField(null=True, blank=True)
     user_valves_schema = OrderedJSONField(null=True, blank=True)
     plugin_metadata = OrderedJSONField(null=True, blank=True)
+    # An admin's review (toolhub.toolkits.lifecycle.review_decide): who decided, when, and what.
+    review = models.CharField(max_length=10, choices=Review.choices, blank=True)
+    reviewed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reviewed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-number"]
@@ -131,6 +157,12 @@ class Revision(models.Model):
         self.status_detail = detail
         self.status_changed_at = timezone.now()
 
+    @property
+    def entrusted(self) -> bool:
+        """May this revision's code receive the secret Valves an admin set and the egress
+        grant? Only when an admin uploaded or approved it (also checked when a run starts)."""
+        return self.review == Review.APPROVED or is_admin(self.uploaded_by)
+
     @cached_property
     def open_webui_imports(self) -> list[ImportSite]:
         """Imports of Open WebUI's own modules, which ToolHub cannot provide. The source is
@@ -143,12 +175,16 @@ class Revision(models.Model):
     def network_imports(self) -> list[str]:
         return sorted(set(self.imports or []) & NETWORK_MODULES)
 
+    def hosts_new_since(self, other: Revision) -> list[str]:
+        """The hosts this revision mentions that `other` does not."""
+        return sorted(set(self.hosts or []) - set(other.hosts or []))
+
     def hosts_changed_since(self) -> tuple[Revision | None, list[str]]:
         """The revision before this one and the hosts this one mentions that it did not."""
         previous = self.toolkit.revisions.filter(number__lt=self.number).order_by("-number").first()
         if previous is None:
             return None, []
-        return previous, sorted(set(self.hosts or []) - set(previous.hosts or []))
+        return previous, self.hosts_new_since(previous)
 
     @property
     def requirement_texts(self) -> list[str]:

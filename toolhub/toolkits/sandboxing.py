@@ -133,11 +133,12 @@ SANDBOX_SOCKET = "/run/egress.sock"
 
 
 @contextmanager
-def egress_for(toolkit: Toolkit) -> Iterator[tuple[Sequence[tuple[Path, str]], dict | None, ProxyHandle | None]]:
+def egress_for(toolkit: Toolkit, revision: Revision) -> Iterator[tuple[Sequence[tuple[Path, str]], dict | None, ProxyHandle | None]]:
     """For a toolkit with an egress grant: a filtering proxy for the length of one run, on a
     UNIX socket that is bound into the sandbox. Yields (extra_binds, request field, handle),
-    or empty values when the toolkit has no grant (the sandbox then has no network)."""
-    if not toolkit.egress_granted or toolkit.egress_held_hosts:
+    or empty values when the toolkit has no grant, the grant is held, or an admin neither
+    uploaded nor approved `revision` (the sandbox then has no network)."""
+    if not toolkit.egress_granted or toolkit.egress_held_hosts or not revision.entrusted:
         yield (), None, None
         return
     policy = EgressPolicy(

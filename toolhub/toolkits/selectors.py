@@ -8,7 +8,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404
 
 from toolhub.toolkits.access import toolkit_usable_by, usable_filter
-from toolhub.toolkits.models import Revision, Toolkit
+from toolhub.toolkits.models import Revision, Status, Toolkit
 
 # The big text columns of a revision that no list shows; leaving them out keeps a page of
 # twenty toolkits from loading up to twenty 512 KiB sources.
@@ -65,3 +65,17 @@ def revision_diff(*, a: Revision, b: Revision) -> list[tuple[str, str]]:
             css = "ctx"
         out.append((css, line))
     return out
+
+
+def revisions_awaiting_review() -> QuerySet[Revision]:
+    """The admins' review queue, oldest first, with what each row shows."""
+    return (
+        Revision.objects.filter(status=Status.AWAITING_REVIEW)
+        .select_related("toolkit", "toolkit__current_revision", "uploaded_by")
+        .defer("build_log", "lock", "traceback", "toolkit__current_revision__build_log", "toolkit__current_revision__lock")
+        .order_by("status_changed_at", "pk")
+    )
+
+
+def review_count() -> int:
+    return Revision.objects.filter(status=Status.AWAITING_REVIEW).count()

@@ -14,7 +14,7 @@ from toolhub.packages import services as packages
 from toolhub.packages.environments import environment_package_names
 from toolhub.sandbox.egress.rules import validate_host_pattern
 from toolhub.toolkits import lifecycle
-from toolhub.toolkits.models import Revision, Toolkit
+from toolhub.toolkits.models import Revision, Status, Toolkit
 from toolhub.toolkits.source_checks import (
     ParsedToolkit,
     SourceError,
@@ -183,10 +183,20 @@ def revision_upload(*, toolkit: Toolkit, source: bytes | str, user: User, filena
     return UploadResult(toolkit=toolkit, revision=revision, created=True)
 
 
+class RevisionAwaitingReview(ToolkitSourceInvalid):
+    """A rollback to a revision that awaits an admin's review (the API answers 409)."""
+
+    def __init__(self, number: int) -> None:
+        message = f"Revision {number} awaits an admin's review; it becomes current once approved."
+        super().__init__([SourceError(message=message, field="revision")])
+
+
 def toolkit_rollback(*, toolkit: Toolkit, number: int) -> Revision:
     revision = toolkit.revisions.filter(number=number).first()
     if revision is None:
         raise ToolkitSourceInvalid([SourceError(message=f"Revision {number} does not exist.", field="revision")])
+    if revision.status == Status.AWAITING_REVIEW:
+        raise RevisionAwaitingReview(number)
     lifecycle.rollback(toolkit=toolkit, revision=revision)
     return revision
 
@@ -216,6 +226,8 @@ def toolkit_set_egress(*, toolkit: Toolkit, granted: bool, hosts: list[str], by:
     # Granting (or updating) confirms the grant for the current code; withdrawing forgets it.
     toolkit.egress_held_hosts = []
     toolkit.save(update_fields=["egress_granted", "egress_hosts", "egress_granted_by", "egress_granted_at", "egress_held_hosts"])
+    if granted:
+        toolkit.entrust_current_revision(by)
     return toolkit
 
 

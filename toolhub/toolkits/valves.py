@@ -11,8 +11,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
+from toolhub.accounts.roles import is_admin
 from toolhub.toolkits import schema_forms
-from toolhub.toolkits.models import Toolkit, ValveSet
+from toolhub.toolkits.models import Revision, Toolkit, ValveSet
 from toolhub.vault.crypto import EncryptionKeyError, Vault, parse_keys
 from toolhub.vault.secret_fields import merge_submitted, secret_fields
 
@@ -44,6 +45,48 @@ def store_values(*, toolkit: Toolkit, values: dict[str, Any], user=None, by=None
         user=user,
         defaults={"ciphertext": vault().encrypt_json(values), "updated_at": timezone.now(), "updated_by": by},
     )
+    if user is None and by is not None and is_admin(by):
+        toolkit.entrust_current_revision(by)
+
+
+def _secret_names_by_toolkit(toolkit_ids: list[int]) -> dict[int, set[str]]:
+    names: dict[int, set[str]] = {}
+    rows = Revision.objects.filter(toolkit_id__in=toolkit_ids, valves_schema__isnull=False).values_list("toolkit_id", "valves_schema")
+    for toolkit_id, schema in rows:
+        names.setdefault(toolkit_id, set()).update(schema_secrets(schema))
+    return names
+
+
+def admin_secret_names(toolkit: Toolkit) -> set[str]:
+    """The admin Valves that any revision of the toolkit declares secret: a new revision
+    cannot make a stored secret an ordinary value by declaring its field plain."""
+    return _secret_names_by_toolkit([toolkit.pk]).get(toolkit.pk, set())
+
+
+def admin_secrets_by_toolkit(toolkit_ids: list[int]) -> dict[int, list[str]]:
+    """For each toolkit, its secret admin Valves that hold a value (two queries in all)."""
+    rows = ValveSet.objects.filter(toolkit_id__in=toolkit_ids, user__isnull=True).values_list("toolkit_id", "ciphertext")
+    stored = {toolkit_id: vault().decrypt_json(ciphertext) for toolkit_id, ciphertext in rows}
+    names = _secret_names_by_toolkit(list(stored)) if stored else {}
+    return {
+        toolkit_id: sorted(name for name in names.get(toolkit_id, ()) if values.get(name) not in (None, ""))
+        for toolkit_id, values in stored.items()
+    }
+
+
+def admin_secrets_set(toolkit: Toolkit) -> list[str]:
+    """The secret admin Valves of the toolkit that hold a value."""
+    return admin_secrets_by_toolkit([toolkit.pk]).get(toolkit.pk, [])
+
+
+def admin_values_for_run(*, toolkit: Toolkit, revision: Revision) -> dict[str, Any]:
+    """The admin Valves a run of `revision` is handed: all of them when an admin uploaded or
+    approved the revision, otherwise none of the secret ones."""
+    values = load_values(toolkit=toolkit)
+    if not values or revision.entrusted:
+        return values
+    withheld = admin_secret_names(toolkit)
+    return {name: value for name, value in values.items() if name not in withheld}
 
 
 def reset_values(*, toolkit: Toolkit, user) -> None:

@@ -195,6 +195,8 @@ def toolkit_detail(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse
     ctx["received_secrets"] = {
         "valves": sorted(schema_secrets(current.valves_schema)) if current else [],
         "user_valves": sorted(schema_secrets(current.user_valves_schema)) if current else [],
+        # Withheld from a revision no admin uploaded or approved (a rollback to one).
+        "withheld": current is not None and not current.entrusted,
     }
     return render(request, "toolkits/overview.html", ctx)
 

@@ -22,6 +22,7 @@ from toolhub.packages import index_checks, services
 from toolhub.packages import selectors as package_selectors
 from toolhub.packages.models import Approval
 from toolhub.toolkits import lifecycle
+from toolhub.toolkits import selectors as toolkit_selectors
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
 from toolhub.toolkits.views import detail_context
@@ -74,7 +75,7 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(
         request, "packages/queue.html",
         {"packages": page, "page": page, "status": status, "decisions": decisions, "statuses": statuses,
-         "inferred_modules": inferred_modules, **_index_context(),
+         "inferred_modules": inferred_modules, "reviews": toolkit_selectors.review_count(), **_index_context(),
          "constraint_max": 200, "reason_max": services.MAX_REASON_CHARS},
     )
 

@@ -1,0 +1,67 @@
+"""The admins' review queue: revisions that would receive an admin's secret Valves or egress
+grant, uploaded by someone who is not an admin (toolhub.toolkits.lifecycle, `awaiting_review`)."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import HttpResponse, HttpResponseBadRequest
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_POST
+
+from toolhub.accounts.http import AuthenticatedHttpRequest
+from toolhub.accounts.roles import admin_required
+from toolhub.packages.services import MAX_REASON_CHARS
+from toolhub.toolkits import lifecycle, selectors
+from toolhub.toolkits.valves import admin_secrets_by_toolkit
+
+# Revisions per page: each shows its whole diff.
+REVIEW_PAGE = 10
+
+
+@login_required
+@admin_required
+@require_GET
+def revision_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
+    page = Paginator(selectors.revisions_awaiting_review(), REVIEW_PAGE).get_page(request.GET.get("page"))
+    secrets = admin_secrets_by_toolkit([revision.toolkit_id for revision in page])
+    items = []
+    for revision in page:
+        current = revision.toolkit.current_revision
+        items.append({
+            "revision": revision,
+            "current": current,
+            "diff": selectors.revision_diff(a=current, b=revision) if current else [],
+            "new_hosts": revision.hosts_new_since(current) if current else sorted(revision.hosts or []),
+            "secrets": secrets.get(revision.toolkit_id, []),
+        })
+    return render(request, "packages/reviews.html", {"page": page, "items": items, "reason_max": MAX_REASON_CHARS})
+
+
+@login_required
+@admin_required
+@require_POST
+def revision_review(request: AuthenticatedHttpRequest, revision_id: int) -> HttpResponse:
+    action = request.POST.get("action")
+    if action not in ("approve", "reject"):
+        return HttpResponseBadRequest()
+    back = redirect("revision_queue")
+    reason = request.POST.get("reason", "").strip()
+    if action == "reject" and not reason:
+        messages.error(request, _("Give a reason for rejecting; the toolkit's author will see it."))
+        return back
+    if len(reason) > MAX_REASON_CHARS:
+        messages.error(request, _("The reason is longer than %(n)s characters.") % {"n": MAX_REASON_CHARS})
+        return back
+    revision = lifecycle.review_decide(revision_id=revision_id, user=request.user, approve=action == "approve", reason=reason)
+    if revision is None:
+        messages.info(request, _("That revision no longer awaits review."))
+        return back
+    names = {"slug": revision.toolkit.slug, "n": revision.number}
+    if action == "approve":
+        messages.success(request, _("Approved revision %(n)s of %(slug)s: it is current now.") % names)
+    else:
+        messages.success(request, _("Rejected revision %(n)s of %(slug)s: the current revision stays.") % names)
+    return back
