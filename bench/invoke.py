@@ -126,6 +126,10 @@ class Scratch:
             "TOOLHUB_NO_INDEX": os.environ.get("TOOLHUB_NO_INDEX", "1"),
             "LOG_LEVEL": "WARNING",
         })
+        # Every call comes from the one bench user: the per-user fair-use caps are off (0), as
+        # the bench measures the path, not the caps.
+        for name in ("TOOLHUB_USER_MAX_ACTIVE", "TOOLHUB_USER_INVOCATIONS_PER_MINUTE"):
+            os.environ.setdefault(name, "0")
 
     def _scratch_postgres(self, url: str) -> str:
         import psycopg

@@ -235,6 +235,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 60 * 60
 CELERY_TASK_SOFT_TIME_LIMIT = 60 * 55
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fix-up closes the worker's database connection before and after every task
+# unless this is set; a new PostgreSQL connection costs a few milliseconds, more than the rest
+# of a warm tool call's own queries. The worker keeps its connection for this many tasks (a
+# dropped one is replaced by toolhub.dbretry).
+CELERY_DB_REUSE_MAX = env.int("TOOLHUB_WORKER_DB_REUSE_TASKS", default=1000)
 # Per task, by name. The reaper has a queue of its own, so it never waits behind the work
 # it must reap.
 CELERY_TASK_ROUTES = {

@@ -91,10 +91,11 @@ class Recorder:
     the Heartbeat thread, so a tool that goes quiet is still seen live), before a question is
     asked, and at the end of the run (engine.run flushes before recording the outcome)."""
 
-    def __init__(self, invocation: Invocation, scrub: Scrubber | None = None):
+    def __init__(self, invocation: Invocation, scrub: Scrubber | None = None, *, seq: int | None = None):
         self.scrub = scrub or Scrubber()
         self.invocation = invocation
-        self.seq = invocation.events.count()
+        # `seq`: the events stored so far, when the caller knows (0 for a run just claimed).
+        self.seq = invocation.events.count() if seq is None else seq
         self.beat = time.monotonic()
         # The buffer is shared with the Heartbeat thread, which flushes it when it is due.
         self._lock = threading.Lock()
@@ -373,7 +374,7 @@ def _execute(invocation: Invocation) -> None:
     revision = invocation.revision
     scrub = Scrubber(request, revision)
     try:
-        recorder = Recorder(invocation, scrub)
+        recorder = Recorder(invocation, scrub, seq=0)
         with Heartbeat(invocation.pk, flush=recorder.flush_if_due) as heartbeat:
             env_dir = revision_environment(revision)
             with sandboxing.egress_for(invocation.toolkit, revision) as (binds, egress, proxy):

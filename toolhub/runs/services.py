@@ -154,10 +154,14 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
     """Wait until the invocation finishes, waits for input, or the wait limit passes: woken by
     the worker's notification (``toolhub.runs.notify``), polling only without Redis."""
 
+    # Only the fields a run changes: refreshing the foreign keys too would drop the toolkit and
+    # revision the caller already holds, and the answer would read them again.
+    changing = [field.attname for field in Invocation._meta.concrete_fields if not field.is_relation]
+
     def done() -> bool:
         # A dropped connection is replaced (once per read); the caller answers 202 with the
         # id if the database stays away, never 500 for an invocation that was accepted.
-        dbretry.write(invocation.refresh_from_db, what=f"waiting for invocation {invocation.pk}")
+        dbretry.write(lambda: invocation.refresh_from_db(fields=changing), what=f"waiting for invocation {invocation.pk}")
         return invocation.status in FINISHED or invocation.status == RunStatus.AWAITING_INPUT
 
     notify.wait(invocation.pk, done, seconds=settings.TOOLHUB_INVOKE_WAIT_SECONDS if seconds is None else seconds)

@@ -57,8 +57,18 @@ def uid_pool() -> UidPool | None:
     return UidPool(size=settings.TOOLHUB_SANDBOX_UIDS, lock_dir=Path(settings.TOOLHUB_SANDBOX_UID_LOCK_DIR))
 
 
+_runtime_copies: dict[Path, Path] = {}
+
+
 def runtime_dir() -> Path:
-    return sandboxlib.ensure_runtime_copy(runtime_src=RUNTIME_SRC, data_dir=Path(settings.DATA_DIR))
+    """The runtime's copy in the data directory. Hashing the runtime's files costs a few
+    milliseconds a call, and they are this process's own code, which does not change while it
+    runs: the copy's path is remembered per data directory (and made again if it went)."""
+    data_dir = Path(settings.DATA_DIR)
+    known = _runtime_copies.get(data_dir)
+    if known is None or not known.is_dir():
+        known = _runtime_copies[data_dir] = sandboxlib.ensure_runtime_copy(runtime_src=RUNTIME_SRC, data_dir=data_dir)
+    return known
 
 
 _warm: tuple[int, WarmPool] | None = None
