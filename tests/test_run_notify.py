@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
+from toolhub.api.serializers import invocation_out
 from toolhub.runs import notify
 from toolhub.runs.models import Invocation, RunStatus
 from toolhub.runs.services import wait_for
@@ -73,6 +74,17 @@ def test_without_redis_it_polls(invocation, settings) -> None:
     thread.join()
     assert finished.status == RunStatus.SUCCEEDED
     assert len(queries) > 2
+
+
+def test_the_answer_to_a_wait_reads_the_invocation_and_its_events_only(invocation) -> None:
+    # As invocation_create leaves it: the toolkit and revision in hand. The wait's re-read must
+    # not drop them, or the answer would read both again.
+    Invocation.objects.filter(pk=invocation.pk).update(status=RunStatus.SUCCEEDED, result="done")
+    with CaptureQueriesContext(connection) as queries:
+        answer = invocation_out(wait_for(invocation, seconds=5), with_events=True)
+    assert answer["status"] == "succeeded" and answer["result"] == "done"
+    assert answer["toolkit"] == invocation.toolkit.slug and answer["revision"] == invocation.revision.number
+    assert len(queries) == 2, [query["sql"] for query in queries]
 
 
 def test_the_wait_limit_still_holds(invocation, settings) -> None:
