@@ -345,7 +345,7 @@ def test_the_queue_page_makes_the_same_queries_for_one_or_many(upload, alice, ad
     client.force_login(admin)
     _pending_in(upload, alice, admin, "one")
     client.get(QUEUE)  # warm the session
-    with django_assert_num_queries(6) as one:
+    with django_assert_num_queries(7) as one:
         assert client.get(QUEUE).status_code == 200
     for n in range(4):
         _pending_in(upload, alice, admin, f"more_{n}")
