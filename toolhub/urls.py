@@ -35,6 +35,7 @@ urlpatterns = [
     path("toolkits/new/check/", toolkits.source_check, name="source_check"),
     path("toolkits/new/import/", toolkit_import.toolkit_import, name="toolkit_import"),
     path("toolkits/<slug:slug>/", toolkits.toolkit_detail, name="toolkit_detail"),
+    path("toolkits/<slug:slug>/readiness/", toolkits.toolkit_readiness, name="toolkit_readiness"),
     path("toolkits/<slug:slug>/source/", toolkits.toolkit_source, name="toolkit_source"),
     path("toolkits/<slug:slug>/revisions/", toolkits.toolkit_revisions, name="toolkit_revisions"),
     path("toolkits/<slug:slug>/diff/", toolkits.toolkit_diff, name="toolkit_diff"),

@@ -48,3 +48,12 @@ def package_for_queue(*, name: str) -> Package | None:
 
 def pending_count() -> int:
     return Package.objects.filter(status=Approval.PENDING).count()
+
+
+def decided_for_revision(*, revision_id: int) -> QuerySet[Package]:
+    """The packages a revision asks for that an admin has decided on, with who and when."""
+    return (
+        Package.objects.filter(requests__revision_id=revision_id, reviewed_at__isnull=False)
+        .select_related("reviewed_by").only("name", "status", "reason", "reviewed_at", "reviewed_by__username")
+        .order_by("name")
+    )

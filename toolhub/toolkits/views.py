@@ -13,10 +13,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
+from toolhub.packages import selectors as package_selectors
+from toolhub.packages import services as package_services
 from toolhub.toolkits import access, selectors, services
 from toolhub.toolkits.display import safe_link
 from toolhub.toolkits.highlight import highlight_python
-from toolhub.toolkits.models import Toolkit, Use
+from toolhub.toolkits.models import Status, Toolkit, Use
 from toolhub.toolkits.notices import revision_warnings
 from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, SourceError, ToolkitSourceInvalid, parse_toolkit_source
 from toolhub.toolkits.valves import schema_secrets
@@ -198,7 +200,47 @@ def toolkit_detail(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse
         # Withheld from a revision no admin uploaded or approved (a rollback to one).
         "withheld": current is not None and not current.entrusted,
     }
+    ctx |= readiness_context(request, ctx)
     return render(request, "toolkits/overview.html", ctx)
+
+
+# The states an upload's Overview keeps polling in: something is still to happen.
+UNSETTLED = (Status.UPLOADED, Status.AWAITING_APPROVAL, Status.BUILDING, Status.AWAITING_REVIEW)
+# Tools offered as "try …" links when a revision is ready.
+TRY_TOOLS = 5
+
+
+def readiness_context(request: HttpRequest, ctx: dict) -> dict:
+    """What the newest revision waits for, or how to try it: the Overview's status block.
+    Its owner and admins also see the decisions made on its packages."""
+    latest = ctx["latest"]
+    if latest is None:
+        return {"readiness": None}
+    rejected, pending = package_services.request_decisions(revision_id=latest.pk)
+    decisions = []
+    if ctx["can_manage"]:
+        decisions = list(package_selectors.decided_for_revision(revision_id=latest.pk))
+    return {"readiness": {
+        "revision": latest, "status": latest.status, "polling": latest.status in UNSETTLED,
+        "pending": pending, "rejected": rejected, "decisions": decisions,
+        "tools": latest.tool_names[:TRY_TOOLS], "more_tools": max(len(latest.tool_names) - TRY_TOOLS, 0),
+    }}
+
+
+@login_required
+@require_GET
+def toolkit_readiness(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
+    """The Overview's status block, polled while the newest revision is on its way. When it
+    settles, the whole page is reloaded once (HX-Refresh), so its tools and manifest follow."""
+    toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
+    ctx = detail_context(request, toolkit, "overview")
+    ctx |= readiness_context(request, ctx)
+    response = render(request, "toolkits/_readiness.html", ctx)
+    seen = request.GET.get("seen", "")
+    readiness = ctx["readiness"]
+    if readiness and seen in UNSETTLED and not readiness["polling"]:
+        response["HX-Refresh"] = "true"
+    return response
 
 
 @login_required

@@ -76,7 +76,7 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
         request, "packages/queue.html",
         {"packages": page, "page": page, "status": status, "decisions": decisions, "statuses": statuses,
          "inferred_modules": inferred_modules, "reviews": toolkit_selectors.review_count(), **_index_context(),
-         "constraint_max": 200, "reason_max": services.MAX_REASON_CHARS},
+         "pending_count": counts[Approval.PENDING], "constraint_max": 200, "reason_max": services.MAX_REASON_CHARS},
     )
 
 
