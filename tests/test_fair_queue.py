@@ -88,14 +88,14 @@ def test_one_user_s_flood_does_not_hold_up_another_user_s_run(ready, alice, caro
     settings.TOOLHUB_USER_MAX_ACTIVE = flood + 1
     # The reaper runs throughout with a short patience: behind a first-come queue carol's run
     # would wait for all of alice's and fail "No worker picked this invocation up in time".
-    settings.TOOLHUB_STALE_AFTER_SECONDS = 8
+    settings.TOOLHUB_STALE_AFTER_SECONDS = 15
     kit = ready(alice, HARNESS)
     worker = start_worker(tmp_path)  # one process: one run at a time
 
     def invoke(user) -> str:
         response = client.post(
             f"/api/v1/toolkits/{kit.slug}/tools/nap/invoke",
-            json.dumps({"arguments": {"seconds": 1}, "wait": False}), content_type="application/json", **bearer(user),
+            json.dumps({"arguments": {"seconds": 2}, "wait": False}), content_type="application/json", **bearer(user),
         )
         assert response.status_code == 202, response.content
         return response.json()["id"]
