@@ -9,9 +9,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +29,27 @@ from tests.index_fixtures import local_index  # noqa: E402,F401
 from tests.model_server import model_server  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Package builds run as the build user in bubblewrap, which must be able to traverse the
+    # directories above what it is given. pytest's /tmp/pytest-of-<user> is 0700, and every
+    # session that starts on the machine makes it 0700 again, so this session's temporary
+    # directories get a root of their own: traversable (0711), not listable.
+    if config.option.basetemp is None:
+        base = tempfile.mkdtemp(prefix="toolhub-pytest-")
+        os.chmod(base, 0o711)
+        config.option.basetemp = base
+        config.stash[_OWN_BASETEMP] = base
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    base = config.stash.get(_OWN_BASETEMP, None)
+    if base is not None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+_OWN_BASETEMP = pytest.StashKey[str]()
 
 EXAMPLES = REPO / "toolhub" / "toolkits" / "demo"
 

@@ -11,8 +11,15 @@ The distributions:
 - `toolhub-demo-broken 1.0` (sdist only): its metadata builds, its wheel build fails, so a lock
   succeeds and the environment build fails.
 - `toolhub-demo-nometa 1.0` (sdist only): even its metadata fails, so locking it fails.
-- `toolhub-demo-slow 1.0` (sdist only): its wheel build records who built it and then waits
+- `toolhub-demo-slow 1.0` (sdist only): its wheel build reports who built it and then waits
   while the gate file exists, so a test can catch a build in the middle.
+
+Builds run in the build sandbox (toolhub/sandbox/build.py), which sees the wheelhouse
+read-only and nothing else of the tests' files, so build code reports over an abstract UNIX
+socket (`Reports`; the steps that run package code share the host's network namespace, where
+abstract sockets live). The receiving end learns the sender's host pid and uid from the
+kernel (SO_PEERCRED), not from what the build code says, and appends one JSON line per report
+to a file. The gate file lies in the wheelhouse, which the sandbox can read.
 
 All of them use the small in-tree build backend below, because setuptools would have to come
 from an index and the tests have none.
@@ -23,9 +30,13 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import secrets
 import shutil
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,6 +71,42 @@ def _config():
     return json.loads((_HERE / "toolhub_fixture.json").read_text())
 
 
+def _probe(path):
+    try:
+        if os.path.isdir(path):
+            os.listdir(path)
+        else:
+            with open(path, "rb") as handle:
+                handle.read(1)
+        return True
+    except OSError:
+        return False
+
+
+def _report(config, hook):
+    # What this build code could do, sent to the test's receiver (see tests/env_fixtures.py).
+    if hook not in config.get("report_hooks", []):
+        return
+    import socket
+
+    report = {
+        "hook": hook,
+        "uid": os.getuid(),
+        "env": sorted(os.environ),
+        "probes": {path: _probe(path) for path in config.get("probes", [])},
+    }
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as channel:
+        channel.connect("\0" + config["socket"])
+        channel.sendall(json.dumps(report).encode())
+        channel.shutdown(socket.SHUT_WR)
+        channel.recv(16)
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    _report(_config(), "get_requires_for_build_wheel")
+    return []
+
+
 def _stem(config):
     return config["name"].replace("-", "_") + "-" + config["version"]
 
@@ -70,16 +117,13 @@ def _metadata(config):
     return "\n".join(lines) + "\n"
 
 
-def get_requires_for_build_wheel(config_settings=None):
-    return []
-
-
 def get_requires_for_build_sdist(config_settings=None):
     return []
 
 
 def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
     config = _config()
+    _report(config, "prepare_metadata_for_build_wheel")
     if config.get("fail_metadata"):
         print(config["name"] + ": this package is made to fail its metadata", file=sys.stderr)
         raise RuntimeError(config["name"] + " has no metadata to give")
@@ -91,9 +135,7 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None):
 
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     config = _config()
-    if config.get("record"):
-        with open(config["record"], "a") as record:
-            record.write(json.dumps({"pid": os.getpid(), "env": sorted(os.environ)}) + "\n")
+    _report(config, "build_wheel")
     gate = config.get("gate")
     give_up = time.monotonic() + 60
     while gate and os.path.exists(gate) and time.monotonic() < give_up:
@@ -149,6 +191,78 @@ backend-path = ["."]
 """
 
 
+class Reports:
+    """Receives what package build code reports (`_report` in the backend above) on an abstract
+    UNIX socket and appends it, with the sender's host pid and uid, to `path` as JSON lines."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name = f"toolhub-test-reports-{os.getpid()}-{secrets.token_hex(4)}"
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind("\0" + self.name)
+        self._server.listen(16)
+        threading.Thread(target=self._serve, daemon=True, name="build-reports").start()
+
+    def _serve(self) -> None:
+        while True:
+            connection, _ = self._server.accept()
+            with connection:
+                pid, uid, _gid = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+                data = b""
+                while chunk := connection.recv(65536):
+                    data += chunk
+                report = json.loads(data) | {"pid": pid, "host_uid": uid}
+                with open(self.path, "a") as record:
+                    record.write(json.dumps(report) + "\n")
+                connection.sendall(b"ok")
+
+
+_reports: dict[Path, Reports] = {}
+
+
+def reports_to(path: Path) -> Reports:
+    """The receiver that appends to `path` (one per file for the whole test session)."""
+    if path not in _reports:
+        _reports[path] = Reports(path)
+    return _reports[path]
+
+
+def build_sdist(project: Path, wheelhouse: Path) -> None:
+    backend = runpy.run_path(str(project / "_toolhub_backend.py"))
+    backend["build_sdist"](str(wheelhouse))
+
+
+def build_wheel(project: Path, wheelhouse: Path) -> None:
+    # The ambient pip configuration on a developer machine may add indexes or find-links;
+    # these builds need neither, so they ignore it.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(project)}
+    env |= {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1"}
+    env |= {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    subprocess.run(
+        [Path(sys.executable).parent / "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(wheelhouse), str(project)],
+        check=True,
+        env=env,
+    )
+
+
+def traversable(path: Path) -> None:
+    """Let other users (the build user) pass through path and the directories above it, as
+    bubblewrap needs for what it binds; pytest makes its temporary directories 0700."""
+    path.mkdir(parents=True, exist_ok=True)
+    for directory in (path, *path.parents):
+        if not directory.stat().st_mode & 0o001:
+            directory.chmod(directory.stat().st_mode | 0o711)
+
+
+def readable_by_others(top: Path) -> None:
+    """The build user must read a wheelhouse (the tests' umask makes everything private)."""
+    traversable(top.parent)
+    for directory, _subdirs, files in os.walk(top):
+        os.chmod(directory, 0o755)
+        for name in files:
+            os.chmod(os.path.join(directory, name), 0o644)
+
+
 @dataclass(frozen=True)
 class DemoIndex:
     """A local wheelhouse and the files that steer `toolhub-demo-slow`."""
@@ -179,7 +293,8 @@ class DemoIndex:
         raise AssertionError(f"toolhub-demo-slow was not built {count} time(s) in {timeout} s")
 
 
-def _write_project(directory: Path, config: dict) -> Path:
+def write_project(directory: Path, config: dict) -> Path:
+    """A project built by the backend above; `config` goes to its toolhub_fixture.json."""
     directory.mkdir(parents=True)
     (directory / "pyproject.toml").write_text(_PYPROJECT)
     (directory / "_toolhub_backend.py").write_text(_BACKEND_SOURCE)
@@ -207,10 +322,13 @@ def build_demo_index(directory: Path) -> DemoIndex:
     for wheel in wheels:
         shutil.copy2(wheel, wheelhouse)
 
-    index = DemoIndex(wheelhouse=wheelhouse, gate=directory / "slow.gate", build_record=directory / "slow.jsonl")
+    index = DemoIndex(
+        wheelhouse=wheelhouse, gate=wheelhouse / "toolhub-demo-slow.gate", build_record=directory / "slow.jsonl"
+    )
+    reports = reports_to(index.build_record)
     projects = directory / "projects"
     wheel_projects = [
-        _write_project(
+        write_project(
             projects / "a",
             {
                 "name": "toolhub-demo-a",
@@ -227,7 +345,7 @@ def build_demo_index(directory: Path) -> DemoIndex:
             },
         ),
         *(
-            _write_project(
+            write_project(
                 projects / f"b{major}",
                 {
                     "name": "toolhub-demo-b",
@@ -239,48 +357,32 @@ def build_demo_index(directory: Path) -> DemoIndex:
         ),
     ]
     sdist_projects = [
-        _write_project(
+        write_project(
             projects / "broken",
             {"name": "toolhub-demo-broken", "version": "1.0", "fail_build": True},
         ),
-        _write_project(
+        write_project(
             projects / "nometa",
             {"name": "toolhub-demo-nometa", "version": "1.0", "fail_metadata": True},
         ),
-        _write_project(
+        write_project(
             projects / "slow",
             {
                 "name": "toolhub-demo-slow",
                 "version": "1.0",
                 "files": {"toolhub_demo_slow.py": "VALUE = 'slow'\n"},
                 "gate": str(index.gate),
-                "record": str(index.build_record),
+                "socket": reports.name,
+                "report_hooks": ["build_wheel"],
             },
         ),
     ]
-    # The ambient pip configuration on a developer machine may add indexes or find-links;
-    # these builds need neither, so they ignore it.
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(directory)}
-    env |= {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_NO_INPUT": "1"}
-    env |= {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     # One project per call: pip refuses two versions of toolhub-demo-b in one command.
     for project in wheel_projects:
-        subprocess.run(
-            [
-                Path(sys.executable).parent / "pip",
-                "wheel",
-                "--no-deps",
-                "--quiet",
-                "--wheel-dir",
-                str(wheelhouse),
-                str(project),
-            ],
-            check=True,
-            env=env,
-        )
+        build_wheel(project, wheelhouse)
     for project in sdist_projects:
-        backend = runpy.run_path(str(project / "_toolhub_backend.py"))
-        backend["build_sdist"](str(wheelhouse))
+        build_sdist(project, wheelhouse)
+    readable_by_others(wheelhouse)
     return index
 
 

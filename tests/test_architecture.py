@@ -20,8 +20,8 @@ DJANGO_FREE = {
     "toolhub.runtime": set(),
     "toolhub.sandbox": set(),
     "toolhub.vault": set(),
-    "toolhub.packages.envbuild": {"toolhub.packages.build_runner"},
-    "toolhub.packages.build_runner": set(),
+    "toolhub.packages.envbuild": {"toolhub.packages.build_runner", "toolhub.sandbox.build"},
+    "toolhub.packages.build_runner": {"toolhub.sandbox.build"},
     "toolhub.packages.index_client": set(),
 }
 

@@ -317,7 +317,8 @@ def test_a_package_that_fails_to_build_fails_and_leaves_nothing_behind(
     client, admin, alice, upload, demo_find_links, inline_tasks, django_capture_on_commit_callbacks
 ):
     toolkit = upload(alice, toolkit_source("Broken Build", "toolhub-demo-broken"), slug="broken_build")
-    _approve(client, admin, "toolhub-demo-broken", django_capture_on_commit_callbacks)
+    # Only as source: an admin allows its build (binary-only is the default).
+    _approve(client, admin, "toolhub-demo-broken", django_capture_on_commit_callbacks, source_build="on")
     revision = _revision(toolkit)
     assert revision.status == Status.FAILED
     assert "toolhub-demo-broken" in revision.status_detail
@@ -340,7 +341,7 @@ def test_a_build_past_its_time_budget_fails_with_the_reason(
     settings.TOOLHUB_BUILD_TIMEOUT = 8
     toolkit = upload(alice, toolkit_source("Slow Build", "toolhub-demo-slow"), slug="slow_build")
     started = time.monotonic()
-    _approve(client, admin, "toolhub-demo-slow", django_capture_on_commit_callbacks)
+    _approve(client, admin, "toolhub-demo-slow", django_capture_on_commit_callbacks, source_build="on")
     assert time.monotonic() - started < 30
     revision = _revision(toolkit)
     assert (revision.status, revision.status_detail) == (Status.FAILED, "build timed out after 8 s")
@@ -705,7 +706,8 @@ def test_a_worker_killed_mid_build_leaves_nothing_usable_and_the_build_can_be_re
     worker, started = slow_worker
     toolkit = upload(alice, toolkit_source("Killed Build", "toolhub-demo-slow"), slug="killed_build")
     response = client.post(
-        "/api/v1/packages/toolhub-demo-slow/approve", {}, content_type="application/json", **bearer(admin)
+        "/api/v1/packages/toolhub-demo-slow/approve", {"source_build": True}, content_type="application/json",
+        **bearer(admin),
     )
     assert response.status_code == 200
 

@@ -21,17 +21,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.env_fixtures import DemoIndex
+from tests.env_fixtures import DemoIndex, traversable
 from tests.sandbox_fixtures import require_sandbox
 from toolhub.packages import build_runner
 from toolhub.packages import envbuild as environments
 from toolhub.packages.envbuild import (
     MARKER_NAME,
     BuildFailed,
+    BuildSandbox,
     IndexSettings,
+    SourceBuildRefused,
     Timeouts,
-    compile_lock,
-    ensure_environment,
     environment_key,
     environment_python,
     list_environments,
@@ -44,6 +44,16 @@ INTERPRETER = "/usr/bin/python3.11"
 # Short network limits, so that the tests about an unreachable index finish quickly.
 FAST = Timeouts(total_seconds=120, silence_seconds=60, network_seconds=5, network_retries=1)
 UNREACHABLE = IndexSettings(index_url="http://127.0.0.1:9/simple")
+def compile_lock(**kwargs):
+    """Every lock here is made in the build sandbox, as the worker's are."""
+    traversable(kwargs["workdir"].parent)
+    return environments.compile_lock(sandbox=BuildSandbox(), **kwargs)
+
+
+def ensure_environment(**kwargs):
+    """Every environment here is built in the build sandbox, as the worker's are."""
+    traversable(kwargs["root"].parent)
+    return environments.ensure_environment(sandbox=BuildSandbox(), **kwargs)
 
 
 class Log(list[str]):
@@ -271,16 +281,40 @@ def test_it_reports_an_unreachable_index_quickly(tmp_path: Path) -> None:
 
 def test_only_binary_refuses_source_distributions(demo_index: DemoIndex, tmp_path: Path) -> None:
     settings = IndexSettings(find_links=(str(demo_index.wheelhouse),), no_index=True, only_binary=True)
-    with pytest.raises(BuildFailed) as failure:
+    with pytest.raises(SourceBuildRefused) as failure:
         compile_lock(
-            requirements=["toolhub-demo-broken"],
+            requirements=["toolhub-demo-nometa"],
             constraints=[],
             index=settings,
             log=Log(),
             timeouts=FAST,
             workdir=tmp_path,
         )
-    assert failure.value.reason == "No matching distribution for toolhub-demo-broken"
+    # Its metadata hook would have failed had it run; the failure says how to allow it.
+    assert failure.value.name == "toolhub-demo-nometa"
+    assert failure.value.reason.startswith("No wheel of toolhub-demo-nometa fits, and building from source is off")
+    assert "allow a source build of toolhub-demo-nometa in the package queue" in failure.value.reason
+
+
+@pytest.mark.slow
+def test_only_binary_builds_the_allowed_packages_from_source(demo_index: DemoIndex, tmp_path: Path) -> None:
+    # toolhub-demo-a and -b stay wheels; toolhub-demo-broken, allowed, is built from source
+    # (its build hook runs and fails), in the lock's metadata step and then in the install.
+    settings = IndexSettings(
+        find_links=(str(demo_index.wheelhouse),), no_index=True, only_binary=True,
+        source_packages=("toolhub-demo-broken",),
+    )
+    lock = compile_lock(
+        requirements=["toolhub-demo-a", "toolhub-demo-broken"], constraints=[], index=settings, log=Log(),
+        timeouts=FAST, workdir=tmp_path / "work",
+    )
+    assert {"toolhub-demo-a", "toolhub-demo-b", "toolhub-demo-broken"} <= set(lock_package_names(lock))
+    log = Log()
+    with pytest.raises(BuildFailed) as failure:
+        ensure(settings, lock, tmp_path / "envs", log=log)
+    assert failure.value.reason == "toolhub-demo-broken failed to build: RuntimeError: toolhub-demo-broken refuses to build"
+    [install] = [line for line in log.commands() if "uv pip install" in line]
+    assert "--only-binary=:all: --no-binary=toolhub-demo-broken" in install
 
 
 @pytest.mark.slow

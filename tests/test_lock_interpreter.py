@@ -10,6 +10,7 @@ locked at its older release for the older interpreter, and the lock must then in
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import subprocess
 import sys
@@ -19,12 +20,11 @@ from pathlib import Path
 import pytest
 
 from tests.env_fixtures import DemoIndex
+from toolhub.packages import envbuild
 from toolhub.packages.envbuild import (
     BuildFailed,
     IndexSettings,
     Timeouts,
-    compile_lock,
-    ensure_environment,
     environment_python,
     interpreter_release,
     lock_package_names,
@@ -33,6 +33,11 @@ from toolhub.packages.envbuild import (
 
 DEBIAN = "/usr/bin/python3.11"
 FAST = Timeouts(total_seconds=180, silence_seconds=90, network_seconds=5, network_retries=1)
+# The other interpreter may live where the build user cannot reach it (a pyenv build under
+# /root), so these tests of the library's interpreter handling run their steps unsandboxed;
+# tests/test_environments.py runs the same steps in the build sandbox.
+compile_lock = functools.partial(envbuild.compile_lock, sandbox=None)
+ensure_environment = functools.partial(envbuild.ensure_environment, sandbox=None)
 
 
 def _other_interpreter() -> str | None:

@@ -271,8 +271,13 @@ TOOLHUB_INDEX_CHECK_TIMEOUT = env.float("TOOLHUB_INDEX_CHECK_TIMEOUT", default=1
 TOOLHUB_INDEX_CHECK_MAX_AGE = env.int("TOOLHUB_INDEX_CHECK_MAX_AGE", default=24 * 3600)
 TOOLHUB_BUILD_TIMEOUT = env.float("TOOLHUB_BUILD_TIMEOUT", default=900.0)
 TOOLHUB_BUILD_SILENCE_TIMEOUT = env.float("TOOLHUB_BUILD_SILENCE_TIMEOUT", default=300.0)
-# Refuse source distributions, so no package's build code runs on the worker.
-TOOLHUB_ONLY_BINARY = env.bool("TOOLHUB_ONLY_BINARY", default=False)
+# Locks and installs run as this unprivileged user in bubblewrap (toolhub/sandbox/build.py);
+# scripts/system-setup creates it.
+TOOLHUB_BUILD_USER = env.str("TOOLHUB_BUILD_USER", default="toolhub-build")
+# Only wheels: no package's build code runs, except for the packages an admin allowed to be
+# built from source in the package queue. Off, every package may build from source (inside
+# the build sandbox), also while it still waits for approval as a transitive dependency.
+TOOLHUB_ONLY_BINARY = env.bool("TOOLHUB_ONLY_BINARY", default=True)
 TOOLHUB_APPROVE_TRANSITIVE = env.bool("TOOLHUB_APPROVE_TRANSITIVE", default=False)
 # Packages every toolkit environment gets (requirement strings, such as "requests>=2"): what an
 # organisation wants everywhere, e.g. what Open WebUI's own process offers its tools. Set by

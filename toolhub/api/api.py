@@ -400,7 +400,8 @@ def approve_package(request, payload: s.ApproveIn, name: str = Path(..., max_len
     _admin(request)
     try:
         package = lifecycle.package_approve(
-            name=name, user=request.user, constraint=payload.constraint or "", unknown_confirmed=payload.approve_unknown
+            name=name, user=request.user, constraint=payload.constraint or "", unknown_confirmed=payload.approve_unknown,
+            source_build=payload.source_build,
         )
     except package_services.InvalidDecision as exc:
         raise _error(400, str(exc), exc.field) from None

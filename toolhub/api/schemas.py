@@ -116,6 +116,7 @@ class PackageOut(Schema):
     name: str
     status: PackageStatus
     constraint: str
+    source_build: bool
     requested_by: list[PackageRequestOut]
     # How many revisions ask for it; `requested_by` lists the first of them only.
     requested_count: int
@@ -133,6 +134,9 @@ class ApproveIn(StrictBody):
     constraint: str | None = Field(default=None, max_length=MAX_CONSTRAINT_CHARS)
     # Needed to approve a name the package index does not know (a typo, or squatted).
     approve_unknown: bool = False
+    # Let the package be built from its source distribution: its build code runs on the build
+    # host, inside the build sandbox.
+    source_build: bool = False
 
 
 class RejectIn(StrictBody):

@@ -92,6 +92,7 @@ def package_out(package) -> dict:
         "name": package.name,
         "status": package.status,
         "constraint": package.constraint,
+        "source_build": package.source_build,
         "requested_by": [
             {"toolkit": r.revision.toolkit.slug, "revision": r.revision.number, "specifier": r.specifier}
             for r in package.shown_requests

@@ -1,7 +1,8 @@
 """Running pip-compile, uv and friends for toolhub.packages.envbuild.
 
 `run_logged` runs one command in its own process group with an allowlisted environment
-(`tool_env`), hands each line of output to a `log` callback as it arrives, and kills the whole
+(`tool_env`), inside the build sandbox when given one (`toolhub.sandbox.build`: as the build
+user, seeing only the paths named for the step), hands each line of output to a `log` callback as it arrives, and kills the whole
 group when the build's total time or its allowed silence runs out. `explain_failure` turns the
 output of a failed command into the one-line `BuildFailed.reason` a user sees.
 """
@@ -27,6 +28,8 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from toolhub.sandbox.build import BuildSandbox
+
 Log = Callable[[str], None]
 
 
@@ -51,6 +54,26 @@ class BuildFailed(Exception):
             reason = reason[:299] + "…"
         super().__init__(reason)
         self.reason = reason
+
+
+class SourceBuildRefused(BuildFailed):
+    """Only wheels are accepted (binary-only) and `name` has none that fits."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"No wheel of {name} fits, and building from source is off: if {name} exists only as "
+            f"source, an admin can allow a source build of {name} in the package queue (its build "
+            "code then runs in the build sandbox); then retry"
+        )
+        self.name = name
+
+
+def refused_source_build(reason: str, *, only_binary: bool, allowed: Sequence[str]) -> str | None:
+    """The package a binary-only step found no wheel of, when that is why it failed
+    (`reason` from explain_failure) and no admin allowed it to be built from source."""
+    found = re.fullmatch(r"No matching distribution for (\S+)", reason)
+    name = _name_of(found.group(1)) if found and only_binary else None
+    return name if name and name not in allowed else None
 
 
 @dataclass
@@ -139,26 +162,37 @@ def run_logged(
     deadline: float,
     timeouts: Timeouts,
     stage: str,
+    sandbox: BuildSandbox | None = None,
+    writable: Sequence[Path] = (),
+    network: bool = True,
 ) -> Outcome:
     """Run one command, logging each output line as it arrives, within the time limits.
 
     `deadline` is a time.monotonic() value shared by the steps of one build; the message for
     running past it names `timeouts.total_seconds`. On a timeout, or anything else that
     interrupts the wait, the whole process group is killed before the exception leaves.
+
+    With `sandbox` the command runs in it, seeing `writable` read-write and the host's network
+    only with `network`; killing bwrap ends every process of the sandbox (its pid namespace).
     """
     argv = [str(arg) for arg in argv]
     log("$ " + redact(shlex.join(argv)))
-    prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
-    process = subprocess.Popen(
-        prefix + argv,
-        cwd=cwd,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        # Its own process group, so a kill also reaches the build backends it started.
-        start_new_session=True,
-    )
+    with contextlib.ExitStack() as stack:
+        if sandbox is None:
+            command = ([_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []) + argv
+            popen: dict = {"cwd": cwd, "env": dict(env)}
+        else:
+            confined = stack.enter_context(sandbox.command(argv, env=env, cwd=cwd, writable=writable, network=network))
+            command, popen = confined.argv, confined.popen
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            # Its own process group, so a kill also reaches the build backends it started.
+            start_new_session=True,
+            **popen,
+        )
     assert process.stdout is not None
     lines: deque[str] = deque(maxlen=2000)
     selector = selectors.DefaultSelector()
@@ -272,6 +306,7 @@ def explain_failure(
         re.search(r"No matching distribution found for (\S+)", text)
         or re.search(r"Because (\S+) was not found in the (?:package registry|provided package locations)", text)
         or re.search(r"Because there is no version of (\S+) and you require", text)
+        or re.search(r"Wheels are required for `([^`]+)` because building from source is disabled", text)
     )
     if missing:
         reason = f"No matching distribution for {missing.group(1)}"

@@ -39,11 +39,26 @@ directory, a UTF-8 locale, proxy variables if the worker has them, and the PIP_/
 set here. Ambient pip and uv configuration files are ignored (`PIP_CONFIG_FILE=/dev/null`,
 `UV_NO_CONFIG=1`) so that a build depends on its arguments only. Nothing else is inherited:
 package builds run arbitrary code, and the worker's SECRET_KEY or broker URL is not theirs.
+
+With a `sandbox` (`toolhub.sandbox.build.BuildSandbox`; the worker always passes one) every
+step runs in bubblewrap as the build user and sees only: ToolHub's own virtualenv (pip-tools,
+uv), the interpreter, the local wheelhouses and file:// indexes and the CA bundle of
+`IndexSettings`, read-only; its own scratch directory, the environment being built and the
+download cache, read-write. The lock and the install have the host's network (to reach the
+index); creating the virtualenv and byte-compiling it (where a wheel's `.pth` code runs) have
+none. The finished environment is given back to the worker's account before it is published.
+`sandbox=None` runs the steps directly, for tests of this module alone.
+
+Binary-only (`IndexSettings.only_binary`) refuses every source distribution except those of
+`IndexSettings.source_packages` (the packages an admin allowed to build from source), which are
+then built from source (pip's and uv's `--no-binary`); a package with no fitting wheel fails
+with `SourceBuildRefused`, which names it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -52,12 +67,14 @@ import re
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -65,13 +82,17 @@ from packaging.utils import canonicalize_name
 from toolhub.packages.build_runner import (
     BuildFailed,
     Log,
+    Outcome,
+    SourceBuildRefused,
     Timeouts,
     explain_failure,
     find_tool,
     minimal_env,
+    refused_source_build,
     run_logged,
     tool_env,
 )
+from toolhub.sandbox.build import BuildSandbox
 
 __all__ = [
     "BASE_REQUIREMENTS",
@@ -79,6 +100,7 @@ __all__ = [
     "LOCK_PYTHON_PREFIX",
     "MARKER_NAME",
     "BuildFailed",
+    "BuildSandbox",
     "EnvInfo",
     "IndexSettings",
     "Timeouts",
@@ -94,6 +116,7 @@ __all__ = [
     "lock_pins",
     "remove_environment",
     "remove_partial_builds",
+    "SourceBuildRefused",
 ]
 
 # What the sandbox runtime itself imports; every lock includes it.
@@ -125,10 +148,31 @@ class IndexSettings:
     # Directories or URLs of wheelhouses (offline installs).
     find_links: tuple[str, ...] = ()
     no_index: bool = False
-    # Refuse source distributions, so no package's build code ever runs on the worker.
+    # Refuse source distributions, so no package's build code ever runs on the worker...
     only_binary: bool = False
+    # ...except these (canonical names), which are then built from source.
+    source_packages: tuple[str, ...] = ()
     # A CA bundle for a private index with its own certificate authority.
     cert: str | None = None
+
+    def _binary_args(self) -> list[str]:
+        if not self.only_binary:
+            return []
+        return ["--only-binary=:all:", *(f"--no-binary={name}" for name in sorted(self.source_packages))]
+
+    def local_paths(self) -> list[str]:
+        """The host directories and files these settings read packages from (a build sandbox
+        must see them): find-links directories, file:// indexes, the CA bundle."""
+        paths = [self.cert] if self.cert else []
+        for location in (self.index_url, *self.extra_index_urls, *self.find_links):
+            if not location:
+                continue
+            parts = urlsplit(location)
+            if parts.scheme == "file":
+                paths.append(unquote(parts.path))
+            elif not parts.scheme:
+                paths.append(location)
+        return [str(Path(path).resolve()) for path in paths]
 
     def pip_args(self) -> list[str]:
         args: list[str] = []
@@ -143,7 +187,7 @@ class IndexSettings:
         if self.cert:
             args += ["--cert", self.cert]
         if self.only_binary:
-            args += ["--pip-args", "--only-binary=:all:"]
+            args += ["--pip-args", " ".join(self._binary_args())]
         return args
 
     def uv_args(self) -> list[str]:
@@ -156,8 +200,7 @@ class IndexSettings:
             args += ["--find-links", link]
         if self.no_index:
             args.append("--no-index")
-        if self.only_binary:
-            args.append("--no-build")
+        args += self._binary_args()
         # pip-compile picked the versions by looking at every index at once; uv's default
         # (stop at the first index that knows a name) could miss a locked file. The hashes
         # in the lock still decide which files are acceptable.
@@ -196,6 +239,7 @@ def compile_lock(
     base_requirements: Sequence[str] = BASE_REQUIREMENTS,
     cache_dir: Path | None = None,
     interpreter: str = DEFAULT_INTERPRETER,
+    sandbox: BuildSandbox | None,
 ) -> str:
     """Resolve requirements (plus the runtime's base requirements) into a hashed lock.
 
@@ -252,6 +296,8 @@ def compile_lock(
     env = tool_env(home=home, timeouts=timeouts, extra=index.env())
     env |= {"PIP_CACHE_DIR": str(cache / "pip"), "PIP_TOOLS_CACHE_DIR": str(cache / "pip-tools")}
     env["PYTHONPATH"] = str(_tools_site_packages())
+    cache.mkdir(parents=True, exist_ok=True)
+    confined = _confine(sandbox, index=index, interpreter=interpreter, owned=(workdir, cache))
     result = run_logged(
         argv,
         env=env,
@@ -260,10 +306,45 @@ def compile_lock(
         deadline=deadline,
         timeouts=timeouts,
         stage="lock",
+        sandbox=confined,
+        writable=(workdir, cache),
     )
-    if result.returncode != 0 or not output.is_file():
-        raise BuildFailed(explain_failure("pip-compile", result, index_url=index.index_url, constraints=limits))
-    return f"{LOCK_PYTHON_PREFIX}{release}\n" + output.read_text()
+    text = _read_regular(output)
+    if result.returncode != 0 or text is None:
+        raise _failure("pip-compile", result, index, constraints=limits)
+    return f"{LOCK_PYTHON_PREFIX}{release}\n" + text
+
+
+def _confine(
+    sandbox: BuildSandbox | None, *, index: IndexSettings, interpreter: str, owned: Sequence[Path]
+) -> BuildSandbox | None:
+    """The build sandbox for one call: it also sees ToolHub's tools, the interpreter and the
+    index's local paths; `owned` (directories the worker just made) become the build user's."""
+    if sandbox is None:
+        return None
+    readable = [*sandbox.readable, *index.local_paths()]
+    for prefix in (Path(sys.prefix), Path(interpreter).resolve().parent.parent):
+        if prefix != Path("/usr") and Path("/usr") not in prefix.parents:
+            readable.append(str(prefix))
+    for path in owned:
+        sandbox.own(path)
+    return dataclasses.replace(sandbox, readable=tuple(dict.fromkeys(readable)))
+
+
+def _failure(tool: str, result: Outcome, index: IndexSettings, *, constraints: Sequence[str] = ()) -> BuildFailed:
+    reason = explain_failure(tool, result, index_url=index.index_url, constraints=constraints)
+    name = refused_source_build(reason, only_binary=index.only_binary, allowed=index.source_packages)
+    return SourceBuildRefused(name) if name else BuildFailed(reason)
+
+
+def _read_regular(path: Path) -> str | None:
+    """The text of a file a build wrote, or None; never follows a symlink the build made."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with open(fd, encoding="utf-8", errors="replace") as handle:
+        return handle.read() if stat.S_ISREG(os.fstat(fd).st_mode) else None
 
 
 def lock_python(lock: str) -> str | None:
@@ -388,6 +469,7 @@ def ensure_environment(
     log: Log,
     timeouts: Timeouts,
     cache_dir: Path | None = None,
+    sandbox: BuildSandbox | None,
 ) -> Path:
     """Return the finished environment for this lock, building it on this host if needed.
 
@@ -421,6 +503,7 @@ def ensure_environment(
             log=log,
             timeouts=timeouts,
             cache_dir=cache_dir or root / ".cache",
+            sandbox=sandbox,
         )
 
 
@@ -434,6 +517,7 @@ def _build(
     log: Log,
     timeouts: Timeouts,
     cache_dir: Path,
+    sandbox: BuildSandbox | None,
 ) -> Path:
     deadline = time.monotonic() + timeouts.total_seconds
     final = root / key
@@ -447,8 +531,12 @@ def _build(
             lock_file.write_text(lock)
             env = tool_env(home=Path(scratch), timeouts=timeouts, extra=index.env())
             env["UV_CACHE_DIR"] = str(cache_dir)
+            cache_dir.mkdir(parents=True, exist_ok=True)
+            confined = _confine(
+                sandbox, index=index, interpreter=interpreter, owned=(Path(scratch), partial, cache_dir)
+            )
 
-            def step(argv: list[str], tool: str) -> None:
+            def step(argv: list[str], tool: str, *, network: bool, writable: Sequence[Path]) -> None:
                 result = run_logged(
                     argv,
                     env=env,
@@ -457,15 +545,20 @@ def _build(
                     deadline=deadline,
                     timeouts=timeouts,
                     stage="build",
+                    sandbox=confined,
+                    writable=(Path(scratch), *writable),
+                    network=network,
                 )
                 if result.returncode != 0:
-                    raise BuildFailed(explain_failure(tool, result, index_url=index.index_url))
+                    raise _failure(tool, result, index)
 
             uv = str(find_tool("uv"))
             # Relocatable: scripts and activation files must not remember the temporary path.
             step(
                 [uv, "venv", "--no-project", "--relocatable", "--python", interpreter, str(partial)],
                 "uv venv",
+                network=False,
+                writable=[partial],
             )
             python = str(environment_python(partial))
             step(
@@ -481,6 +574,8 @@ def _build(
                     str(lock_file),
                 ],
                 "uv pip install",
+                network=True,
+                writable=[partial, cache_dir],
             )
             # The sandbox runs with PYTHONDONTWRITEBYTECODE on a read-only mount, so compile
             # now or pay for it on every start. -s/-p record the final path in the .pyc files.
@@ -500,7 +595,14 @@ def _build(
                     str(partial / "lib"),
                 ],
                 "compileall",
+                network=False,
+                writable=[partial],
             )
+        if confined is not None:
+            confined.reclaim(partial)
+        # The build may have left a symlink under either name; these files are the worker's.
+        (partial / LOCK_COPY_NAME).unlink(missing_ok=True)
+        (partial / MARKER_NAME).unlink(missing_ok=True)
         (partial / LOCK_COPY_NAME).write_text(lock)
         _open_permissions(partial)
         _write_marker(partial, key=key, interpreter=interpreter)

@@ -13,7 +13,9 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from toolhub.packages import envbuild as envlib
+from toolhub.packages.models import Approval, Package
 from toolhub.sandbox import scratch
+from toolhub.sandbox.build import BuildSandbox
 
 RUNTIME_LOCK = Path(__file__).resolve().parent.parent / "runtime" / "requirements.txt"
 
@@ -28,7 +30,20 @@ def index_settings() -> envlib.IndexSettings:
         no_index=settings.TOOLHUB_NO_INDEX,
         cert=settings.TOOLHUB_INDEX_CERT or None,
         only_binary=settings.TOOLHUB_ONLY_BINARY,
+        source_packages=source_build_names(),
     )
+
+
+def source_build_names() -> tuple[str, ...]:
+    """The approved packages an admin allowed to be built from source. Only approved ones: a
+    package waiting for approval is never built from source, whatever its allowance says."""
+    allowed = Package.objects.filter(status=Approval.APPROVED, source_build=True)
+    return tuple(allowed.order_by("name").values_list("name", flat=True))
+
+
+def build_sandbox() -> BuildSandbox:
+    """Every lock and install runs in this (toolhub.sandbox.build); there is no way around it."""
+    return BuildSandbox(user=settings.TOOLHUB_BUILD_USER, bwrap=settings.TOOLHUB_BWRAP)
 
 
 def timeouts(total_seconds: float | None = None) -> envlib.Timeouts:
@@ -82,9 +97,20 @@ def lock_compile(*, requirements: Sequence[str], constraints: Sequence[str], log
             log=log,
             timeouts=timeouts(),
             workdir=Path(workdir),
-            cache_dir=Path(settings.DATA_DIR) / "cache" / "pip",
+            cache_dir=_pip_cache(),
             interpreter=settings.TOOLHUB_INTERPRETER,
+            sandbox=build_sandbox(),
         )
+
+
+def _pip_cache() -> Path:
+    """pip's and pip-tools' cache (the build user's). The directories above what the build
+    sandbox is given must be traversable by the build user; they are not listable."""
+    cache = Path(settings.DATA_DIR) / "cache" / "pip"
+    cache.mkdir(parents=True, exist_ok=True)
+    for directory in (cache.parent, cache):
+        directory.chmod(0o711)
+    return cache
 
 
 def lock_prefix() -> str:
@@ -104,4 +130,5 @@ def environment_ensure(*, lock: str, log: Log | None = None, total_seconds: floa
         index=index_settings(),
         log=log or (lambda line: None),
         timeouts=timeouts(total_seconds),
+        sandbox=build_sandbox(),
     )

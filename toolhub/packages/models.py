@@ -28,6 +28,9 @@ class Package(models.Model):
     name = models.CharField(max_length=200, unique=True)
     status = models.CharField(max_length=16, choices=Approval.choices, default=Approval.PENDING)
     constraint = models.CharField(max_length=200, blank=True)
+    # An admin allowed this package to be built from its source distribution (its build code
+    # then runs, in the build sandbox). Counts only while the package is approved.
+    source_build = models.BooleanField(default=False)
     reason = models.TextField(blank=True)
     reviewed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -86,6 +89,7 @@ class Decision(models.Model):
     package = models.ForeignKey(Package, on_delete=models.CASCADE, related_name="decisions")
     status = models.CharField(max_length=16, choices=Approval.choices)
     constraint = models.CharField(max_length=200, blank=True)
+    source_build = models.BooleanField(default=False)
     reason = models.TextField(blank=True)
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     decided_at = models.DateTimeField(default=timezone.now)

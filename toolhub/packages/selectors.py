@@ -21,7 +21,7 @@ def packages_with_requests(*, status: str | None = None, requests_shown: int) ->
     packages = Package.objects.all() if status is None else Package.objects.filter(status=status)
     return (
         packages.select_related("reviewed_by")
-        .only("name", "status", "constraint", "reason", "reviewed_at", "reviewed_by__username",
+        .only("name", "status", "constraint", "source_build", "reason", "reviewed_at", "reviewed_by__username",
               "index_state", "index_info", "index_requested_at", "index_checked_at")
         .annotate(requested_count=Count("requests"))
         .prefetch_related(Prefetch("requests", queryset=requests[:requests_shown], to_attr="shown_requests"))
@@ -37,7 +37,7 @@ def package_counts() -> dict[str, int]:
 
 def decisions_recent(*, limit: int = 50) -> QuerySet[Decision]:
     return Decision.objects.select_related("package", "decided_by").only(
-        "status", "constraint", "reason", "decided_at", "package__name", "decided_by__username"
+        "status", "constraint", "source_build", "reason", "decided_at", "package__name", "decided_by__username"
     )[:limit]
 
 

@@ -143,9 +143,11 @@ def _locked_package(name: str) -> Package:
     return package
 
 
-def decisions_record(*, names: Iterable[str], status: str, user: User, constraint: str = "", reason: str = "") -> list[Package]:
+def decisions_record(
+    *, names: Iterable[str], status: str, user: User, constraint: str = "", reason: str = "", source_build: bool = False
+) -> list[Package]:
     """Record one decision for each (already validated) name and return the packages, locked
-    in name order. The lifecycle calls this inside the transaction in which it then moves the
+    in name order. `source_build` (approvals only) lets the packages be built from source. The lifecycle calls this inside the transaction in which it then moves the
     revisions that waited on them (toolhub.toolkits.lifecycle.packages_decide)."""
     now = timezone.now()
     packages = []
@@ -153,12 +155,14 @@ def decisions_record(*, names: Iterable[str], status: str, user: User, constrain
         package = _locked_package(name)
         package.status = status
         package.constraint = constraint
+        package.source_build = source_build and status == Approval.APPROVED
         package.reason = reason
         package.reviewed_by = user
         package.reviewed_at = now
         package.save()
         Decision.objects.create(
-            package=package, status=status, constraint=constraint, reason=reason, decided_by=user, decided_at=now
+            package=package, status=status, constraint=constraint, source_build=package.source_build,
+            reason=reason, decided_by=user, decided_at=now,
         )
         packages.append(package)
     return packages

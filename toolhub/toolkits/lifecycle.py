@@ -144,13 +144,17 @@ def retry(*, revision_id: int) -> Revision | None:
 # Package decisions
 
 
-def packages_decide(*, names: Iterable[str], status: str, user: User, constraint: str = "", reason: str = "") -> list[Package]:
+def packages_decide(
+    *, names: Iterable[str], status: str, user: User, constraint: str = "", reason: str = "", source_build: bool = False
+) -> list[Package]:
     """Record one decision for each name, then move every revision that waited on them.
     All or nothing: a bulk decision is one transaction."""
     with transaction.atomic():
         # Packages first, in name order, then revisions in id order: two decisions that
         # overlap lock rows in the same order and so cannot deadlock.
-        decided = packages.decisions_record(names=names, status=status, user=user, constraint=constraint, reason=reason)
+        decided = packages.decisions_record(
+            names=names, status=status, user=user, constraint=constraint, reason=reason, source_build=source_build
+        )
         waiting = (
             Revision.objects.select_for_update()
             .filter(
@@ -197,11 +201,15 @@ def import_remap(*, module: str, distribution: str, user: User) -> int:
 
 def packages_approve(
     *, names: Iterable[str], user: User, constraint: str = "", unknown_confirmed: Iterable[str] = (),
+    source_build: bool = False,
 ) -> list[Package]:
-    """Approve packages (an optional constraint applies to each); checks every input before
-    changing anything. Names the index does not know need to be in `unknown_confirmed`."""
+    """Approve packages (an optional constraint applies to each; `source_build` lets them be
+    built from source, running their build code in the build sandbox); checks every input
+    before changing anything. Names the index does not know need to be in `unknown_confirmed`."""
     cleaned, constraint = packages.clean_approval(names=names, constraint=constraint, unknown_confirmed=unknown_confirmed)
-    return packages_decide(names=cleaned, status=Approval.APPROVED, user=user, constraint=constraint)
+    return packages_decide(
+        names=cleaned, status=Approval.APPROVED, user=user, constraint=constraint, source_build=source_build
+    )
 
 
 def packages_reject(*, names: Iterable[str], user: User, reason: str) -> list[Package]:
@@ -210,8 +218,13 @@ def packages_reject(*, names: Iterable[str], user: User, reason: str) -> list[Pa
     return packages_decide(names=cleaned, status=Approval.REJECTED, user=user, reason=reason)
 
 
-def package_approve(*, name: str, user: User, constraint: str = "", unknown_confirmed: bool = False) -> Package:
-    [package] = packages_approve(names=[name], user=user, constraint=constraint, unknown_confirmed=[name] if unknown_confirmed else [])
+def package_approve(
+    *, name: str, user: User, constraint: str = "", unknown_confirmed: bool = False, source_build: bool = False
+) -> Package:
+    [package] = packages_approve(
+        names=[name], user=user, constraint=constraint, unknown_confirmed=[name] if unknown_confirmed else [],
+        source_build=source_build,
+    )
     return package
 
 

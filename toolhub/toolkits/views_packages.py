@@ -117,6 +117,7 @@ def package_decide(request: AuthenticatedHttpRequest) -> HttpResponse:
             lifecycle.packages_approve(
                 names=names, user=request.user, constraint=request.POST.get("constraint", ""),
                 unknown_confirmed=request.POST.getlist("approve_unknown"),
+                source_build=request.POST.get("source_build") == "on",
             )
     except services.InvalidDecision as exc:
         messages.error(request, str(exc))
