@@ -303,13 +303,13 @@ def write_project(directory: Path, config: dict) -> Path:
     return directory
 
 
-def _source_wheelhouse() -> Path:
+def source_wheelhouse() -> Path:
     return Path(os.environ.get("TOOLHUB_WHEELHOUSE") or DEFAULT_WHEELHOUSE)
 
 
 def build_demo_index(directory: Path) -> DemoIndex:
     """Make the demo distributions and copy the runtime's wheels into directory/wheelhouse."""
-    source = _source_wheelhouse()
+    source = source_wheelhouse()
     wheels = sorted(source.glob("*.whl"))
     names = {wheel.name.split("-")[0].lower() for wheel in wheels}
     if not {"pydantic", "pydantic_core", "humanize"} <= names:

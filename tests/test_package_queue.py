@@ -297,6 +297,7 @@ def test_the_api_lists_packages_by_status(client, admin, bearer, sizes, bars):
                 "name": "foo-bar",
                 "status": "pending",
                 "constraint": "",
+                "source_build": False,
                 "requested_by": [{"toolkit": "bars", "revision": 1, "specifier": ">=1.2"}],
                 "requested_count": 1,
                 "reviewed_by": None,

@@ -109,6 +109,11 @@ def build(revision_id: int) -> None:
         revision.lock = lock
         lifecycle.build_progress(revision_id=revision_id, detail="Building the environment", lock=lock)
         env_dir = revision_environment(revision, log, total_seconds=max(1.0, deadline - time.monotonic()))
+    except envlib.SourceBuildRefused as exc:
+        log(f"Build failed: {exc.reason}")
+        log.flush()
+        lifecycle.build_needs_source(revision_id=revision_id, name=exc.name, reason=exc.reason)
+        return
     except envlib.BuildFailed as exc:
         reason = exc.reason
         if time.monotonic() >= deadline:

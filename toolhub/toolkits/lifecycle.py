@@ -260,6 +260,16 @@ def build_needs_approval(*, revision: Revision, lock: str, pins: dict[str, str])
     submit(revision=revision, extra_names=pins)
 
 
+def build_needs_source(*, revision_id: int, name: str, reason: str) -> None:
+    """Binary-only found no wheel of `name`: the build fails with the reason, and `name` joins
+    the package queue (asked for by this revision, as a dependency), where an admin can allow
+    a source build of it; a Retry then builds it."""
+    with transaction.atomic():
+        if not PackageRequest.objects.filter(revision_id=revision_id, package__name=name).exists():
+            packages.requests_record(revision_id=revision_id, wanted={}, transitive={name: ""})
+    fail(revision_id=revision_id, reason=reason)
+
+
 def built(*, revision_id: int, environment_key: str) -> None:
     """The environment is ready: inspect the toolkit in the sandbox next. A fresh clock for
     introspection too, as it may wait behind invocations on the sandbox queue."""

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('packages', '0003_import_mappings'),
+        ('packages', '0004_index_info'),
     ]
 
     operations = [

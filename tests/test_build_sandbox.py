@@ -1,0 +1,234 @@
+"""Issue 15, finding 1: a package's build code ran as root on the worker, outside any sandbox,
+before it was approved, and read the settings file, the database and /etc/shadow.
+
+The hostile package is real: `nice-lib` (a wheel) depends on `evil-dep`, which exists only as a
+source distribution whose build backend reports, from every hook pip and uv call (dependencies,
+metadata, the wheel build), which uid it runs as and whether it can read the settings file, the
+data directory, the environments of other toolkits and /etc/shadow. Its reports go to the
+test's receiver (tests/env_fixtures.py `Reports`), which takes the sender's host uid from the
+kernel. The bait is world-readable, so only the build sandbox can keep it out of reach: the
+same probes run as the build user outside the sandbox read it (checked first).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+
+from tests.conftest import toolkit_source
+from tests.env_fixtures import (
+    build_sdist,
+    build_wheel,
+    readable_by_others,
+    reports_to,
+    source_wheelhouse,
+    write_project,
+)
+from toolhub.packages.environments import environments_root
+from toolhub.packages.models import Approval, Decision, Package, PackageRequest
+from toolhub.toolkits.models import Revision, Status
+
+DECIDE = "/packages/decide/"
+HOOKS = {"get_requires_for_build_wheel", "prepare_metadata_for_build_wheel", "build_wheel"}
+
+
+class HostileIndex:
+    def __init__(self, directory: Path, bait: dict[str, Path]) -> None:
+        self.wheelhouse = directory / "wheelhouse"
+        self.record = directory / "reports.jsonl"
+        self.bait = bait
+
+    def reports(self) -> list[dict]:
+        if not self.record.exists():
+            return []
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def bait() -> dict[str, Path]:
+    """World-readable things in the data directory a build must not see: a settings file
+    with a secret, a directory anyone may list, another environment. Removed afterwards."""
+    data = Path(django_settings.DATA_DIR)
+    env_file = data / "toolhub.env"
+    assert not env_file.exists(), f"{env_file} exists; this test writes its own"
+    listable = data / f"bait-{secrets.token_hex(4)}"
+    other_environment = environments_root() / f"bait-{secrets.token_hex(4)}"
+    for directory in (listable, other_environment):
+        directory.mkdir(mode=0o755)
+        directory.chmod(0o755)
+    env_file.write_text(f"SECRET_KEY={secrets.token_urlsafe(30)}\n")
+    env_file.chmod(0o644)
+    yield {"env_file": env_file, "data_dir_entry": listable, "other_environment": other_environment,
+           "shadow": Path("/etc/shadow")}
+    env_file.unlink()
+    listable.rmdir()
+    other_environment.rmdir()
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory, bait: dict[str, Path]) -> HostileIndex:
+    directory = tmp_path_factory.mktemp("hostile-index")
+    index = HostileIndex(directory, bait)
+    index.wheelhouse.mkdir()
+    for wheel in source_wheelhouse().glob("*.whl"):
+        shutil.copy2(wheel, index.wheelhouse)
+    projects = directory / "projects"
+    nice = write_project(projects / "nice", {
+        "name": "nice-lib", "version": "1.0", "requires": ["evil-dep"],
+        "files": {"nice_lib/__init__.py": "from evil_dep import VALUE\n"},
+    })
+    evil = write_project(projects / "evil", {
+        "name": "evil-dep", "version": "1.0",
+        "files": {"evil_dep/__init__.py": "VALUE = 'evil'\n"},
+        "socket": reports_to(index.record).name,
+        "report_hooks": sorted(HOOKS),
+        "probes": [str(path) for path in bait.values()],
+    })
+    build_wheel(nice, index.wheelhouse)
+    build_sdist(evil, index.wheelhouse)
+    readable_by_others(index.wheelhouse)
+    index.record.unlink(missing_ok=True)
+    return index
+
+
+@pytest.fixture
+def hostile_links(settings, hostile: HostileIndex) -> HostileIndex:
+    settings.TOOLHUB_FIND_LINKS = [str(hostile.wheelhouse)]
+    hostile.record.unlink(missing_ok=True)
+    return hostile
+
+
+def _approve(client, admin, name: str, capture, **extra) -> None:
+    client.force_login(admin)
+    with capture(execute=True):
+        response = client.post(DECIDE, {"name": name, "action": "approve", **extra})
+    assert response.status_code == 302
+
+
+def _retry(client, alice, slug: str, capture) -> None:
+    client.force_login(alice)
+    with capture(execute=True):
+        assert client.post(f"/toolkits/{slug}/environment/retry/").status_code == 302
+
+
+def _revision(toolkit) -> Revision:
+    return Revision.objects.filter(toolkit=toolkit).order_by("-number").first()
+
+
+def test_the_bait_is_readable_by_the_build_user_outside_the_sandbox(bait):
+    # Without this, the probes below failing would prove nothing about the sandbox.
+    probe = "import os, sys; open(sys.argv[1]).read(); os.listdir(sys.argv[2]); os.listdir(sys.argv[3]); print('read')"
+    done = subprocess.run(
+        [django_settings.TOOLHUB_INTERPRETER, "-I", "-c", probe,
+         str(bait["env_file"]), str(bait["data_dir_entry"]), str(bait["other_environment"])],
+        user=django_settings.TOOLHUB_BUILD_USER, capture_output=True, text=True, timeout=30,
+    )
+    assert done.stdout.strip() == "read", done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_by_default_the_sdist_never_runs_and_the_failure_says_how_to_allow_it(
+    settings, client, admin, alice, upload, hostile_links, inline_tasks, django_capture_on_commit_callbacks
+):
+    assert settings.TOOLHUB_ONLY_BINARY  # the default
+    toolkit = upload(alice, toolkit_source("Nice", "nice-lib"), slug="nice")
+    _approve(client, admin, "nice-lib", django_capture_on_commit_callbacks)
+    revision = _revision(toolkit)
+    assert revision.status == Status.FAILED
+    assert revision.status_detail.startswith("No wheel of evil-dep fits, and building from source is off")
+    assert "an admin can allow a source build of evil-dep in the package queue" in revision.status_detail
+    assert hostile_links.reports() == []
+    # evil-dep is in the queue now, asked for by this revision as a dependency.
+    request = PackageRequest.objects.get(revision=revision, package__name="evil-dep")
+    assert (request.transitive, request.package.status, request.package.source_build) == (True, Approval.PENDING, False)
+    client.force_login(admin)
+    page = client.get("/packages/").content.decode()
+    assert 'data-package="evil-dep"' in page
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_with_transitive_approval_an_unapproved_sdist_never_runs_even_with_an_allowance(
+    settings, client, admin, alice, upload, hostile_links, inline_tasks, django_capture_on_commit_callbacks
+):
+    settings.TOOLHUB_APPROVE_TRANSITIVE = True
+    # An allowance on a package that is not approved counts for nothing.
+    Package.objects.create(name="evil-dep", status=Approval.PENDING, source_build=True)
+    toolkit = upload(alice, toolkit_source("Nice", "nice-lib"), slug="nice")
+    _approve(client, admin, "nice-lib", django_capture_on_commit_callbacks)
+    revision = _revision(toolkit)
+    assert revision.status == Status.FAILED
+    assert revision.status_detail.startswith("No wheel of evil-dep fits")
+    assert hostile_links.reports() == []
+    # A Retry now waits for the admins: evil-dep is pending, and transitive packages count.
+    _retry(client, alice, "nice", django_capture_on_commit_callbacks)
+    revision.refresh_from_db()
+    assert revision.status == Status.AWAITING_APPROVAL
+    assert "evil-dep" in revision.status_detail
+    assert hostile_links.reports() == []
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_an_allowed_source_build_runs_unprivileged_in_the_sandbox_and_sees_nothing(
+    settings, client, admin, alice, upload, hostile_links, inline_tasks, django_capture_on_commit_callbacks
+):
+    toolkit = upload(alice, toolkit_source("Nice", "nice-lib"), slug="nice")
+    _approve(client, admin, "nice-lib", django_capture_on_commit_callbacks)
+    assert hostile_links.reports() == []
+    # The admin allows evil-dep's source build in the queue; the author retries.
+    _approve(client, admin, "evil-dep", django_capture_on_commit_callbacks, source_build="on")
+    assert Decision.objects.filter(package__name="evil-dep", source_build=True).exists()
+    _retry(client, alice, "nice", django_capture_on_commit_callbacks)
+    revision = _revision(toolkit)
+    assert revision.status == Status.READY, (revision.status_detail, revision.build_log[-3000:])
+
+    reports = hostile_links.reports()
+    # Its code ran in the lock (pip-compile) and in the install (uv), and only there.
+    assert {report["hook"] for report in reports} == HOOKS, reports
+    build_uid = pwd.getpwnam(settings.TOOLHUB_BUILD_USER).pw_uid
+    assert build_uid != 0
+    for report in reports:
+        assert report["host_uid"] == report["uid"] == build_uid, report
+        assert report["probes"] == {str(path): False for path in hostile_links.bait.values()}, report
+        assert not {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "TOOLHUB_ENCRYPTION_KEYS"} & set(report["env"])
+    # The environment it built belongs to the worker's account, readable, not writable, by others.
+    env = Path(django_settings.TOOLHUB_ENVIRONMENTS_DIR) / revision.environment_key
+    installed = next(env.glob("lib/python*/site-packages/evil_dep/__init__.py"))
+    for path in (env, installed):
+        info = path.stat()
+        assert (info.st_uid, info.st_mode & 0o777) == (os.geteuid(), 0o755 if path.is_dir() else 0o644)
+
+
+@pytest.mark.django_db
+def test_the_queue_offers_the_allowance_with_its_warning_and_a_rejection_withdraws_it(
+    client, admin, alice, bearer, upload
+):
+    upload(alice, toolkit_source("Sizes", "humanize"), slug="sizes")
+    client.force_login(admin)
+    page = client.get("/packages/").content.decode()
+    assert '<input type="checkbox" name="source_build" aria-describedby="source-build-warning">' in page
+    assert "Its build code will run on the build host, inside the build sandbox." in page
+    client.post(DECIDE, {"name": "humanize", "action": "approve", "source_build": "on"})
+    assert Package.objects.get(name="humanize").source_build is True
+    assert "built from source" in client.get("/packages/?status=approved").content.decode()
+    client.post(DECIDE, {"name": "humanize", "action": "reject", "reason": "no", "source_build": "on"})
+    assert Package.objects.get(name="humanize").source_build is False
+    # The API: approving without the flag withdraws it too; with it, the package says so.
+    response = client.post("/api/v1/packages/humanize/approve", {"source_build": True},
+                           content_type="application/json", **bearer(admin))
+    assert (response.status_code, response.json()["source_build"]) == (200, True)
+    response = client.post("/api/v1/packages/humanize/approve", {}, content_type="application/json", **bearer(admin))
+    assert response.json()["source_build"] is False
+    assert list(Decision.objects.filter(package__name="humanize").values_list("source_build", flat=True)) == [
+        False, True, False, True,
+    ]
