@@ -395,3 +395,24 @@ def test_the_api_refuses_a_rollback_to_a_revision_awaiting_review(pending, alice
     assert response.status_code == 409
     assert "awaits an admin's review" in response.json()["errors"][0]["message"]
     assert Toolkit.objects.get(pk=pending.toolkit_id).current_revision.number == 1
+
+
+@pytest.mark.django_db
+def test_the_valves_tab_says_saving_approves_an_unreviewed_current_revision(upload, alice, admin, client):
+    toolkit = upload(alice, HONEST)
+    _introspected(toolkit.current_revision, SCHEMA)
+    client.force_login(admin)
+    html = client.get(f"/toolkits/{toolkit.slug}/valves/").content.decode()
+    assert 'id="valves-entrust"' in html and "uploaded by alice" in html
+    response = client.post(f"/toolkits/{toolkit.slug}/valves/", {"api_key": SECRET})
+    assert response.status_code == 302
+    revision = Toolkit.objects.get(pk=toolkit.pk).current_revision
+    assert (revision.review, revision.reviewed_by) == (Review.APPROVED, admin)
+    assert 'id="valves-entrust"' not in client.get(f"/toolkits/{toolkit.slug}/valves/").content.decode()
+
+
+@pytest.mark.django_db
+def test_the_revisions_tab_offers_no_rollback_to_a_waiting_revision(pending, alice, client):
+    client.force_login(alice)
+    html = client.get(f"/toolkits/{pending.toolkit.slug}/revisions/").content.decode()
+    assert 'form="rollback-2"' not in html and 'id="rollback-2"' not in html

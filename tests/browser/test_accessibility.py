@@ -46,7 +46,7 @@ def test_every_page_has_no_serious_or_critical_violations(page: Page, login, adm
         f"/toolkits/{slug}/source/", f"/toolkits/{slug}/edit/", f"/toolkits/{slug}/revisions/",
         f"/toolkits/{slug}/upload/", f"/toolkits/{slug}/environment/", f"/toolkits/{slug}/valves/",
         f"/toolkits/{slug}/settings/", f"/toolkits/{slug}/translations/", f"/toolkits/{slug}/delete/",
-        "/packages/", "/history/", "/account/tokens/", f"/invocations/{done.id}/", f"/invocations/{waiting.id}/",
+        "/packages/", "/packages/reviews/", "/history/", "/account/tokens/", f"/invocations/{done.id}/", f"/invocations/{waiting.id}/",
         "/toolkits/no-such-toolkit/",
     ]
     found = {url: _violations(page, url) for url in anonymous}
