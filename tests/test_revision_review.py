@@ -416,3 +416,11 @@ def test_the_revisions_tab_offers_no_rollback_to_a_waiting_revision(pending, ali
     client.force_login(alice)
     html = client.get(f"/toolkits/{pending.toolkit.slug}/revisions/").content.decode()
     assert 'form="rollback-2"' not in html and 'id="rollback-2"' not in html
+
+
+@pytest.mark.django_db
+def test_the_overview_leads_an_admin_to_the_waiting_revision_in_the_queue(pending, admin, client):
+    client.force_login(admin)
+    html = client.get(f"/toolkits/{pending.toolkit.slug}/").content.decode()
+    assert f'href="/packages/reviews/#review-{pending.pk}"' in html
+    assert f'id="review-{pending.pk}"' in client.get(QUEUE).content.decode()
