@@ -43,3 +43,28 @@ def test_switching_to_polish_translates_the_dashboard_and_the_display_name(page,
         "Pierwsza liczba"
     )
     shot("i18n-translations-pl")
+
+
+@pytest.mark.parametrize(
+    ("language", "description", "required"),
+    [("fr", "Le premier nombre", "Ce champ est obligatoire."), ("zh-hans", "第一个数", "此字段为必填项。")],
+)
+def test_french_and_chinese_pages_translate_parameter_descriptions_and_validation_errors(
+    page, login, alice, upload, shot, language, description, required
+):
+    toolkit = make_ready(upload(alice, example("bad_calculator"), slug="bad_calculator"))
+    login(alice)
+    page.goto(f"/toolkits/{toolkit.slug}/tools/?tool=bad_calculator")
+    page.get_by_label("Language").select_option(language)
+    expect(page.locator("html")).to_have_attribute("lang", language)
+    tool = page.locator("#tool-bad_calculator")
+    # The parameter's display description: a `$t:` key resolved from the shipped catalogue.
+    expect(tool.locator("table")).to_contain_text(description)
+
+    # A run with the required numbers left empty is refused, in the page's language.
+    tool.locator("form.run-form button[type=submit].primary").click()
+    for name in ("a", "b"):
+        errors = page.locator(f"#tool-bad_calculator form.run-form [id$='_{name}_errors']")
+        expect(errors).to_have_text(required)
+        expect(page.locator(f"#tool-bad_calculator form.run-form [name$='_{name}']")).to_have_attribute("aria-invalid", "true")
+    shot(f"i18n-validation-{language}")

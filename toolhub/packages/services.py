@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidName, canonicalize_name
@@ -53,11 +54,11 @@ def validate_name(name: str) -> str:
     is not a project name, so no row is ever made for a name no requirement could use."""
     limit = Package._meta.get_field("name").max_length or 200
     if len(name) > limit:
-        raise InvalidPackageName(f"A package name has at most {limit} characters.")
+        raise InvalidPackageName(_("A package name has at most %(limit)s characters.") % {"limit": limit})
     try:
         return canonicalize_name(name.strip(), validate=True)
     except InvalidName:
-        raise InvalidPackageName(f"{name!r} is not a valid package name.") from None
+        raise InvalidPackageName(_("%(name)s is not a valid package name.") % {"name": repr(name)}) from None
 
 
 def requests_record(
@@ -106,7 +107,7 @@ def request_decisions(*, revision_id: int) -> tuple[list[tuple[str, str]], list[
         requests = requests.filter(transitive=False)
     rows = list(requests.values_list("package__name", "package__status", "package__reason"))
     rejected = sorted((n, reason) for n, status, reason in rows if status == Approval.REJECTED)
-    pending = sorted(n for n, status, _ in rows if status == Approval.PENDING)
+    pending = sorted(n for n, status, _reason in rows if status == Approval.PENDING)
     return rejected, pending
 
 
@@ -122,7 +123,7 @@ def mapping_record(*, module: str, distribution: str, user: User) -> str:
     """Remember that `import <module>` comes from `distribution`; returns its canonical name."""
     module = module.strip()
     if not _MODULE.fullmatch(module) or len(module) > 200:
-        raise InvalidPackageName(f"{module[:80]!r} is not a top-level module name.")
+        raise InvalidPackageName(_("%(module)s is not a top-level module name.") % {"module": repr(module[:80])})
     name = validate_name(distribution)
     ImportMapping.objects.update_or_create(module=module, defaults={"distribution": name, "set_by": user, "set_at": timezone.now()})
     return name
@@ -139,7 +140,7 @@ def unapproved_names(names: Iterable[str]) -> set[str]:
 
 
 def _locked_package(name: str) -> Package:
-    package, _ = Package.objects.select_for_update().get_or_create(name=name)
+    package, _created = Package.objects.select_for_update().get_or_create(name=name)
     return package
 
 
@@ -172,12 +173,14 @@ def clean_constraint(constraint: str) -> str:
     constraint = constraint.strip()
     limit = Package._meta.get_field("constraint").max_length or 200
     if len(constraint) > limit:
-        raise InvalidConstraint(f"A constraint has at most {limit} characters.")
+        raise InvalidConstraint(_("A constraint has at most %(limit)s characters.") % {"limit": limit})
     if constraint:
         try:
             SpecifierSet(constraint)
         except InvalidSpecifier as exc:
-            raise InvalidConstraint(f"{constraint!r} is not a version specifier (e.g. >=2,<3).") from exc
+            raise InvalidConstraint(
+                _("%(constraint)s is not a version specifier (e.g. >=2,<3).") % {"constraint": repr(constraint)}
+            ) from exc
     return constraint
 
 
@@ -204,9 +207,9 @@ def clean_rejection(*, names: Iterable[str], reason: str) -> tuple[list[str], st
     """Check a rejection before anything changes; the reason is shown to the toolkits' authors."""
     reason = reason.strip()
     if not reason:
-        raise MissingReason("Give a reason for rejecting; the toolkit's author will see it.")
+        raise MissingReason(_("Give a reason for rejecting; the toolkit's author will see it."))
     if len(reason) > MAX_REASON_CHARS:
-        raise MissingReason(f"A reason has at most {MAX_REASON_CHARS:,} characters.")
+        raise MissingReason(_("A reason has at most %(limit)s characters.") % {"limit": f"{MAX_REASON_CHARS:,}"})
     return [validate_name(name) for name in names], reason
 
 

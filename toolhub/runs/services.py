@@ -19,6 +19,7 @@ from toolhub.runs.models import FINISHED, Invocation, RunStatus, Surface
 from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Revision, Status, Toolkit
+from toolhub.toolkits.status_text import translate_detail
 
 
 class InvocationRejected(Exception):
@@ -92,18 +93,21 @@ def check_arguments(parameters: dict, arguments: object) -> list[tuple[str, str 
 
 
 def not_ready_reason(toolkit: Toolkit) -> str:
+    """Why the toolkit cannot run now, in the active language."""
     revision = toolkit.current_revision
     if revision is None:
-        return "The toolkit has no revision."
+        return _("The toolkit has no revision.")
     hints = {
-        Status.AWAITING_APPROVAL: "It is waiting for an admin to approve its packages.",
-        Status.BUILDING: "Its environment is being built; try again in a moment.",
-        Status.FAILED: "Its last build failed; see the Environment tab and retry.",
-        Status.REJECTED: "An admin rejected one of its packages.",
-        Status.UPLOADED: "It has not been built yet.",
+        Status.AWAITING_APPROVAL: _("The toolkit is not ready: it is waiting for an admin to approve its packages."),
+        Status.BUILDING: _("The toolkit is not ready: its environment is being built; try again in a moment."),
+        Status.FAILED: _("The toolkit is not ready: its last build failed; see the Environment tab and retry."),
+        Status.REJECTED: _("The toolkit is not ready: an admin rejected one of its packages."),
+        Status.UPLOADED: _("The toolkit is not ready: it has not been built yet."),
     }
-    detail = f" ({revision.status_detail})" if revision.status_detail else ""
-    return f"The toolkit is not ready: {hints.get(Status(revision.status), revision.status)}{detail}"
+    reason = hints.get(Status(revision.status), _("The toolkit is not ready."))
+    if revision.status_detail:
+        reason = _("%(reason)s (%(detail)s)") % {"reason": reason, "detail": translate_detail(revision.status_detail)}
+    return reason
 
 
 def invocation_create(

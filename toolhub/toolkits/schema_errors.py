@@ -1,11 +1,12 @@
 """Validating values against a stored JSON schema, with messages fit to show next to a field.
 
-No Django here. `validate` runs `jsonschema` (Draft 2020-12) and files each error under the
+`validate` runs `jsonschema` (Draft 2020-12) and files each error under the
 top-level property it concerns, so a form can show it next to that field and the API can return
 it with `"field": name`. jsonschema's own messages quote the offending value (`'sk-...' is too
 long`), which would put secrets in pages, logs and API responses; the messages here are written
 from the schema's constraint instead. `toolhub.toolkits.schema_forms` re-exports `validate` and
-`ALL_ERRORS`.
+`ALL_ERRORS`. The messages are in the active language (gettext, with plurals where a count
+or limit decides the form).
 
 The schema is untrusted (the toolkit author wrote it): an invalid schema or a reference to a
 missing definition becomes an `ALL_ERRORS` message, and remote references are never fetched.
@@ -17,6 +18,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from referencing.exceptions import Unresolvable
@@ -63,7 +66,7 @@ def validate(
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError:
-        return {ALL_ERRORS: ["The schema for these values is not valid, so they cannot be checked."]}
+        return {ALL_ERRORS: [_("The schema for these values is not valid, so they cannot be checked.")]}
     props = schema.get("properties")
     properties = props if isinstance(props, Mapping) else {}
     secrets = set(secret_names) if secret_names is not None else secret_fields(schema)
@@ -74,7 +77,7 @@ def validate(
             for name, message in _describe(error, properties, secrets):
                 _add_message(found, name, message)
     except (Unresolvable, RecursionError):
-        _add_message(found, ALL_ERRORS, "The schema refers to a definition that cannot be found.")
+        _add_message(found, ALL_ERRORS, _("The schema refers to a definition that cannot be found."))
     return _cap(found)
 
 
@@ -148,17 +151,20 @@ def _describe_root(error: ValidationError, properties: Mapping[str, Any]) -> lis
         wanted = error.validator_value if isinstance(error.validator_value, list) else []
         missing = [name for name in wanted if isinstance(name, str) and name not in instance]
         return [
-            (name, "This field is required.") if name in properties else (ALL_ERRORS, f"{name} is required.")
+            (name, _("This field is required."))
+            if name in properties
+            else (ALL_ERRORS, _("%(name)s is required.") % {"name": name})
             for name in missing
         ]
     if error.validator == "type":
-        return [(ALL_ERRORS, "The values must be an object.")]
+        return [(ALL_ERRORS, _("The values must be an object."))]
     if error.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(instance, Mapping):
         unknown = sorted(str(name) for name in instance if name not in properties)
         if unknown:
-            return [(ALL_ERRORS, f"Unknown field(s): {', '.join(unknown)}.")]
+            message = ngettext("Unknown field: %(names)s.", "Unknown fields: %(names)s.", len(unknown))
+            return [(ALL_ERRORS, message % {"names": ", ".join(unknown)})]
     # Other root-level messages from jsonschema quote the whole instance, secrets included.
-    return [(ALL_ERRORS, f"The values do not satisfy the schema's '{error.validator}' rule.")]
+    return [(ALL_ERRORS, _("The values do not satisfy the schema's '%(rule)s' rule.") % {"rule": error.validator})]
 
 
 def _message(error: ValidationError, *, secret: bool) -> str:
@@ -188,58 +194,73 @@ def _message(error: ValidationError, *, secret: bool) -> str:
         wanted = limit if isinstance(limit, list) else []
         instance = error.instance if isinstance(error.instance, Mapping) else {}
         missing = [str(name) for name in wanted if name not in instance]
-        return f"Missing required key(s): {', '.join(missing)}."
+        message = ngettext("Missing required key: %(names)s.", "Missing required keys: %(names)s.", len(missing))
+        return message % {"names": ", ".join(missing)}
     if rule == "type":
-        return f"Must be {_type_words(limit)}."
+        return _type_message(limit)
     if rule == "enum" and isinstance(limit, list):
         shown = ", ".join(choice_key(item) for item in limit[:10])
         more = ", …" if len(limit) > 10 else ""
-        return f"Must be one of: {shown}{more}."
+        return _("Must be one of: %(choices)s.") % {"choices": shown + more}
     if rule == "const":
-        return f"Must be {choice_key(limit)}."
-    simple = {
-        "minimum": "Must be at least {}.",
-        "maximum": "Must be at most {}.",
-        "exclusiveMinimum": "Must be greater than {}.",
-        "exclusiveMaximum": "Must be less than {}.",
-        "multipleOf": "Must be a multiple of {}.",
-        "minLength": "Must be at least {} character(s) long.",
-        "maxLength": "Must be at most {} character(s) long.",
-        "minItems": "Must have at least {} item(s).",
-        "maxItems": "Must have at most {} item(s).",
-        "minProperties": "Must have at least {} key(s).",
-        "maxProperties": "Must have at most {} key(s).",
-    }
-    if rule in simple:
-        return simple[rule].format(choice_key(limit))
+        return _("Must be %(value)s.") % {"value": choice_key(limit)}
+    if rule in _LIMITS:
+        return _LIMITS[rule]() % {"limit": choice_key(limit)}
+    if rule in _COUNTS and isinstance(limit, int):
+        return _COUNTS[rule](limit) % {"limit": limit}
     if rule == "pattern":
-        return "Does not have the expected format."
+        return _("Does not have the expected format.")
     if rule == "uniqueItems":
-        return "Must not contain duplicates."
+        return _("Must not contain duplicates.")
     if rule in ("additionalProperties", "unevaluatedProperties"):
-        return "Contains keys that are not allowed."
+        return _("Contains keys that are not allowed.")
     if secret:
-        return "Invalid value."
+        return _("Invalid value.")
     return error.message
 
 
-def _type_words(expected: Any) -> str:
-    words = {
-        "string": "text",
-        "integer": "a whole number",
-        "number": "a number",
-        "boolean": "true or false",
-        "array": "a list",
-        "object": "an object",
-        "null": "empty",
+# The message of each bound, made when needed: the language is the request's.
+_LIMITS = {
+    "minimum": lambda: _("Must be at least %(limit)s."),
+    "maximum": lambda: _("Must be at most %(limit)s."),
+    "exclusiveMinimum": lambda: _("Must be greater than %(limit)s."),
+    "exclusiveMaximum": lambda: _("Must be less than %(limit)s."),
+    "multipleOf": lambda: _("Must be a multiple of %(limit)s."),
+}
+# Bounds on a count: the limit decides the plural form.
+_COUNTS = {
+    "minLength": lambda n: ngettext(
+        "Must be at least %(limit)s character long.", "Must be at least %(limit)s characters long.", n
+    ),
+    "maxLength": lambda n: ngettext(
+        "Must be at most %(limit)s character long.", "Must be at most %(limit)s characters long.", n
+    ),
+    "minItems": lambda n: ngettext("Must have at least %(limit)s item.", "Must have at least %(limit)s items.", n),
+    "maxItems": lambda n: ngettext("Must have at most %(limit)s item.", "Must have at most %(limit)s items.", n),
+    "minProperties": lambda n: ngettext("Must have at least %(limit)s key.", "Must have at least %(limit)s keys.", n),
+    "maxProperties": lambda n: ngettext("Must have at most %(limit)s key.", "Must have at most %(limit)s keys.", n),
+}
+
+
+def _type_message(expected: Any) -> str:
+    names = [str(name) for name in (expected if isinstance(expected, list) else [expected])]
+    one = {
+        "string": lambda: _("Must be text."),
+        "integer": lambda: _("Must be a whole number."),
+        "number": lambda: _("Must be a number."),
+        "boolean": lambda: _("Must be true or false."),
+        "array": lambda: _("Must be a list."),
+        "object": lambda: _("Must be an object."),
+        "null": lambda: _("Must be empty."),
     }
-    names = expected if isinstance(expected, list) else [expected]
-    return " or ".join(words.get(str(name), str(name)) for name in names)
+    if len(names) == 1 and names[0] in one:
+        return one[names[0]]()
+    return _("Must be of one of these JSON types: %(types)s.") % {"types": ", ".join(names)}
 
 
 def _format_path(parts: list[Any]) -> str:
     if len(parts) == 1 and isinstance(parts[0], int):
-        return f"Item {parts[0] + 1}"
+        return _("Item %(number)s") % {"number": parts[0] + 1}
     text = ""
     for part in parts:
         if isinstance(part, int):
@@ -260,6 +281,7 @@ def _cap(found: dict[str, list[str]]) -> dict[str, list[str]]:
     for name, messages in found.items():
         if len(messages) > _MAX_MESSAGES_PER_FIELD:
             extra = len(messages) - _MAX_MESSAGES_PER_FIELD
-            messages = [*messages[:_MAX_MESSAGES_PER_FIELD], f"…and {extra} more problem(s)."]
+            more = ngettext("…and %(n)s more problem.", "…and %(n)s more problems.", extra) % {"n": extra}
+            messages = [*messages[:_MAX_MESSAGES_PER_FIELD], more]
         capped[name] = messages
     return capped

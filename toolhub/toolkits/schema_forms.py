@@ -10,7 +10,8 @@ Three steps, each usable alone:
 - `build_fields(schema, values)` turns the top-level properties into `FormField` descriptors that
   `templates/includes/schema_field.html` renders;
 - `parse_submission(schema, data)` turns submitted form data back into typed JSON values, with a
-  per-field error where a value cannot even be read (bad number, bad JSON, unknown choice);
+  per-field error where a value cannot even be read (bad number, bad JSON, unknown choice), in
+  the active language;
 - `validate(schema, values)` checks the values with `jsonschema` (Draft 2020-12) and returns the
   errors per top-level field, with messages that never quote a submitted value (it lives in
   `toolhub.toolkits.schema_errors` and is re-exported here).
@@ -34,6 +35,8 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.utils.translation import gettext as _
 
 from toolhub.toolkits.schema_errors import ALL_ERRORS, choice_key, is_null_schema, validate
 from toolhub.vault.secret_fields import MASK, follow_local_ref, is_value_set, secret_fields, split_words
@@ -312,7 +315,7 @@ def _flatten(node: Mapping[str, Any], root: Mapping[str, Any]) -> tuple[dict[str
     current: dict[str, Any] = dict(node)
     nullable = False
     seen_refs: set[str] = set()
-    for _ in range(_MAX_UNWRAP):
+    for _step in range(_MAX_UNWRAP):
         ref = current.get("$ref")
         if isinstance(ref, str):
             siblings = {key: value for key, value in current.items() if key != "$ref"}
@@ -413,7 +416,7 @@ def _classify(
     if json_type == "array":
         items = flat.get("items")
         if isinstance(items, Mapping):
-            item_schema, _ = _flatten(items, root)
+            item_schema, _nullable = _flatten(items, root)
             item_enum = _enum_of(item_schema)
             if item_enum is not None:
                 spec.kind = MULTISELECT
@@ -426,7 +429,7 @@ def _classify(
         if nullable:
             spec.kind = SELECT
             spec.choices = [True, False]
-            spec.choice_labels = ["Yes", "No"]
+            spec.choice_labels = [_("Yes"), _("No")]
         else:
             spec.kind = CHECKBOX
         return spec
@@ -674,7 +677,7 @@ def _parse_multi(spec: _Spec, raw: list[str]) -> Any:
         if text == "":
             continue
         if text not in keys:
-            raise _FieldError("Select only the choices offered.")
+            raise _FieldError(_("Select only the choices offered."))
         value = spec.choices[keys.index(text)]
         if value not in chosen:
             chosen.append(value)
@@ -687,7 +690,7 @@ def _lookup_choice(spec: _Spec, text: str) -> Any:
     for choice in spec.choices:
         if choice_key(choice) == text:
             return choice
-    raise _FieldError("Select one of the choices offered.")
+    raise _FieldError(_("Select one of the choices offered."))
 
 
 def _coerce(text: str, json_type: str | None) -> Any:
@@ -704,7 +707,7 @@ def _coerce(text: str, json_type: str | None) -> Any:
             return True
         if lowered in _FALSE_WORDS:
             return False
-        raise _FieldError("Enter true or false.")
+        raise _FieldError(_("Enter true or false."))
     return _to_json(text)
 
 
@@ -719,22 +722,22 @@ def _to_integer(text: str) -> int:
                 return int(number)
     except ValueError:
         # Python refuses to read integers of thousands of digits.
-        raise _FieldError("Enter a smaller whole number.") from None
-    raise _FieldError("Enter a whole number.")
+        raise _FieldError(_("Enter a smaller whole number.")) from None
+    raise _FieldError(_("Enter a whole number."))
 
 
 def _to_number(text: str) -> int | float:
     stripped = text.strip()
     if not _NUMBER_TEXT.fullmatch(stripped):
-        raise _FieldError("Enter a number.")
+        raise _FieldError(_("Enter a number."))
     try:
         if _INTEGER_TEXT.fullmatch(stripped):
             return int(stripped)
         number = float(stripped)
     except ValueError:
-        raise _FieldError("Enter a smaller number.") from None
+        raise _FieldError(_("Enter a smaller number.")) from None
     if not math.isfinite(number):
-        raise _FieldError("Enter a finite number.")
+        raise _FieldError(_("Enter a finite number."))
     return number
 
 
@@ -747,6 +750,7 @@ def _to_json(text: str) -> Any:
         return json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as error:
         # The decoder's message names the problem and position, never the text itself.
-        raise _FieldError(f"Enter valid JSON: {error.msg} (line {error.lineno}, column {error.colno}).") from None
+        problem = {"problem": error.msg, "line": error.lineno, "column": error.colno}
+        raise _FieldError(_("Enter valid JSON: %(problem)s (line %(line)s, column %(column)s).") % problem) from None
     except (ValueError, RecursionError):
-        raise _FieldError("Enter valid JSON without NaN, Infinity, huge numbers or very deep nesting.") from None
+        raise _FieldError(_("Enter valid JSON without NaN, Infinity, huge numbers or very deep nesting.")) from None

@@ -9,6 +9,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from toolhub.packages import services as packages
 from toolhub.packages.environments import environment_package_names
@@ -35,8 +37,11 @@ class SlugTaken(ToolkitSourceInvalid):
 
     def __init__(self, slug: str, *, free: str | None = None, derived: bool = False) -> None:
         self.slug, self.free, self.derived = slug, free, derived
-        message = f"A toolkit with the slug {slug!r} exists already; choose another slug"
-        message += f", such as {free!r}." if free else "."
+        if free:
+            message = _("A toolkit with the slug %(slug)s exists already; choose another slug, such as %(free)s.")
+        else:
+            message = _("A toolkit with the slug %(slug)s exists already; choose another slug.")
+        message %= {"slug": repr(slug), "free": repr(free)}
         super().__init__([SourceError(message=message, field="slug", code="slug_taken")])
 
 
@@ -71,7 +76,8 @@ def validate_slug(slug: str) -> str:
     cleaned = slugify(slug)
     if not slug or cleaned != slug or len(slug) > SLUG_MAX:
         raise _slug_error(
-            f"The slug {slug!r} is not valid: use 1 to {SLUG_MAX} lowercase letters, digits and underscores."
+            _("The slug %(slug)s is not valid: use 1 to %(limit)s lowercase letters, digits and underscores.")
+            % {"slug": repr(slug), "limit": SLUG_MAX}
         )
     _check_not_reserved(slug)
     return slug
@@ -79,7 +85,9 @@ def validate_slug(slug: str) -> str:
 
 def _check_not_reserved(slug: str) -> None:
     if slug in RESERVED_SLUGS:
-        raise _slug_error(f"The slug {slug!r} is reserved for a page of ToolHub; choose another slug.")
+        raise _slug_error(
+            _("The slug %(slug)s is reserved for a page of ToolHub; choose another slug.") % {"slug": repr(slug)}
+        )
 
 
 def _check_lengths(parsed: ParsedToolkit) -> None:
@@ -95,8 +103,19 @@ def _check_lengths(parsed: ParsedToolkit) -> None:
         value = getattr(parsed, key)
         if limit is not None and len(value) > limit:
             line = parsed.manifest_lines.get(key)
-            where = f" on line {line}" if line else ""
-            message = f"The {key}{where} is {len(value)} characters long; ToolHub keeps at most {limit}."
+            if line:
+                message = ngettext(
+                    "The %(key)s on line %(line)s is %(count)s character long; ToolHub keeps at most %(limit)s.",
+                    "The %(key)s on line %(line)s is %(count)s characters long; ToolHub keeps at most %(limit)s.",
+                    len(value),
+                )
+            else:
+                message = ngettext(
+                    "The %(key)s is %(count)s character long; ToolHub keeps at most %(limit)s.",
+                    "The %(key)s is %(count)s characters long; ToolHub keeps at most %(limit)s.",
+                    len(value),
+                )
+            message %= {"key": key, "line": line, "count": len(value), "limit": limit}
             errors.append(SourceError(message=message, line=line, code="too_long"))
     if errors:
         raise ToolkitSourceInvalid(errors)
@@ -187,14 +206,16 @@ class RevisionAwaitingReview(ToolkitSourceInvalid):
     """A rollback to a revision that awaits an admin's review (the API answers 409)."""
 
     def __init__(self, number: int) -> None:
-        message = f"Revision {number} awaits an admin's review; it becomes current once approved."
+        message = _("Revision %(number)s awaits an admin's review; it becomes current once approved.") % {
+            "number": number
+        }
         super().__init__([SourceError(message=message, field="revision")])
 
 
 def toolkit_rollback(*, toolkit: Toolkit, number: int) -> Revision:
     revision = toolkit.revisions.filter(number=number).first()
     if revision is None:
-        raise ToolkitSourceInvalid([SourceError(message=f"Revision {number} does not exist.", field="revision")])
+        raise ToolkitSourceInvalid([SourceError(message=_("Revision %(number)s does not exist.") % {"number": number}, field="revision")])
     if revision.status == Status.AWAITING_REVIEW:
         raise RevisionAwaitingReview(number)
     lifecycle.rollback(toolkit=toolkit, revision=revision)

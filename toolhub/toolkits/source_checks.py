@@ -13,6 +13,9 @@ blank lines, and it accepts `'''` (then a line containing `'''` ends it). Not ac
 purpose: text on the opening line and string prefixes (`r\"\"\"`), because a prose docstring such as
 `\"\"\"Note: slow.\"\"\"` would turn into metadata. `licence` becomes `license` in
 `ParsedToolkit.manifest` only.
+
+The messages of `SourceError` are in the active language (gettext; line numbers and names are
+placeholders), so a page and the API answer in the reader's language.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 from packaging.requirements import InvalidRequirement
 from packaging.requirements import Requirement as _PackagingRequirement
 from packaging.utils import canonicalize_name
@@ -50,7 +55,6 @@ _PATH_START = re.compile(r"^(file:|[./\\]|~(?!=)|[a-z]:[\\/])", re.IGNORECASE)
 _ARCHIVES = (".whl", ".zip", ".tar", ".gz", ".tgz", ".bz2", ".tbz", ".xz", ".txz")
 _SPECIFIER_START = re.compile(r"^(===|==|!=|~=|<=|>=|<|>)")
 _URL_IN_TEXT = re.compile(r"https?://[^\s'\"<>\\]+", re.IGNORECASE)
-_BY_NAME = "List packages by name and version, such as `requests>=2`."
 _PROPERTIES = {"property", "cached_property", "setter", "getter", "deleter"}
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -279,54 +283,81 @@ def _parse_requirements(entry: _Entry, errors: list[SourceError]) -> list[Requir
             continue
         problem, code = _requirement_problem(token)
         if problem:
-            message = f"`{token}` in `requirements:` on line {entry.line} {problem}"
+            message = problem % {"token": token, "line": entry.line}
             errors.append(SourceError(message, entry.line, column, code=code))
             continue
         parsed = _PackagingRequirement(token)
         name, specifier = canonicalize_name(parsed.name), str(parsed.specifier)
         if len(name) > MAX_NAME_CHARS or len(specifier) > MAX_SPECIFIER_CHARS:
-            what = "name" if len(name) > MAX_NAME_CHARS else "version specifier"
-            limit = MAX_NAME_CHARS if what == "name" else MAX_SPECIFIER_CHARS
             shown = token if len(token) <= 60 else token[:57] + "..."
-            message = f"`{shown}` in `requirements:` on line {entry.line} has a {what} longer than {limit} characters."
+            if len(name) > MAX_NAME_CHARS:
+                too_long = _("`%(token)s` in `requirements:` on line %(line)s has a name longer than %(limit)s characters.")
+            else:
+                too_long = _(
+                    "`%(token)s` in `requirements:` on line %(line)s has a version specifier longer than %(limit)s"
+                    " characters."
+                )
+            limit = MAX_NAME_CHARS if len(name) > MAX_NAME_CHARS else MAX_SPECIFIER_CHARS
+            message = too_long % {"token": shown, "line": entry.line, "limit": limit}
             errors.append(SourceError(message, entry.line, column, code="requirement_too_long"))
             continue
         requirements.append(Requirement(name, specifier, str(parsed), entry.line))
     distinct = {r.name for r in requirements}
     if len(distinct) > MAX_REQUIREMENTS:
-        message = (
-            f"`requirements:` on line {entry.line} lists {len(distinct)} packages; a toolkit may ask for at most"
-            f" {MAX_REQUIREMENTS}."
-        )
+        message = ngettext(
+            "`requirements:` on line %(line)s lists %(count)s package; a toolkit may ask for at most %(limit)s.",
+            "`requirements:` on line %(line)s lists %(count)s packages; a toolkit may ask for at most %(limit)s.",
+            len(distinct),
+        ) % {"line": entry.line, "count": len(distinct), "limit": MAX_REQUIREMENTS}
         errors.append(SourceError(message, entry.line, entry.column, code="too_many_requirements"))
     return requirements
 
 
 def _requirement_problem(token: str) -> tuple[str, str]:
-    """Why a requirements token is refused and the error code, or two empty strings."""
+    """Why a requirements token is refused (a message with `%(token)s` and `%(line)s` left to
+    fill) and the error code, or two empty strings."""
     if token.startswith("-"):
-        why = "is a pip option, not a requirement. Indexes and other pip options are"
-        return f"{why} settings of ToolHub, never of a toolkit.", "requirement_option"
+        option = _(
+            "`%(token)s` in `requirements:` on line %(line)s is a pip option, not a requirement. Indexes and other"
+            " pip options are settings of ToolHub, never of a toolkit."
+        )
+        return option, "requirement_option"
+    path = _(
+        "`%(token)s` in `requirements:` on line %(line)s is a file path. List packages by name and version,"
+        " such as `requests>=2`."
+    )
+    url = _(
+        "`%(token)s` in `requirements:` on line %(line)s is a URL. List packages by name and version,"
+        " such as `requests>=2`."
+    )
     if _PATH_START.match(token):
-        return f"is a file path. {_BY_NAME}", "requirement_path"
+        return path, "requirement_path"
     if _URL_SCHEME.match(token) or "://" in token:
-        return f"is a URL. {_BY_NAME}", "requirement_url"
+        return url, "requirement_url"
     if token.lower().endswith(_ARCHIVES):
-        return f"is a file path. {_BY_NAME}", "requirement_path"
+        return path, "requirement_path"
     try:
         parsed = _PackagingRequirement(token)
     except InvalidRequirement as exc:
         if "/" in token or "\\" in token:
-            return f"is a file path. {_BY_NAME}", "requirement_path"
-        why = f"is not a valid requirement: {str(exc).splitlines()[0].rstrip('.')}."
+            return path, "requirement_path"
+        # packaging's own explanation stays as it wrote it; %-signs in it are kept literal.
+        reason = str(exc).splitlines()[0].rstrip(".").replace("%", "%%")
         if _SPECIFIER_START.match(token):
-            why += (
-                " Requirements are separated by commas, so a range like `>=4,<5` is"
-                " cut in two; write it as one clause, such as `~=4.0`."
+            why = _(
+                "`%(token)s` in `requirements:` on line %(line)s is not a valid requirement: %(reason)s."
+                " Requirements are separated by commas, so a range like `>=4,<5` is cut in two; write it as one"
+                " clause, such as `~=4.0`."
             )
-        return why, "requirement_invalid"
+        else:
+            why = _("`%(token)s` in `requirements:` on line %(line)s is not a valid requirement: %(reason)s.")
+        return why.replace("%(reason)s", reason), "requirement_invalid"
     if parsed.url:
-        return f"points at a URL (`{parsed.url}`). {_BY_NAME}", "requirement_url"
+        pointed = _(
+            "`%(token)s` in `requirements:` on line %(line)s points at a URL (`%(url)s`). List packages by name"
+            " and version, such as `requests>=2`."
+        )
+        return pointed.replace("%(url)s", parsed.url.replace("%", "%%")), "requirement_url"
     return "", ""
 
 
@@ -406,20 +437,44 @@ def _check_counts(
     methods = {node.name: node for node in cls.body if isinstance(node, _Function)}
     if len(found.tool_names) > MAX_TOOLS:
         name = found.tool_names[MAX_TOOLS]
-        message = f"`{cls.name}` has {len(found.tool_names)} tools; a toolkit may have at most {MAX_TOOLS}."
+        message = ngettext(
+            "`%(name)s` has %(count)s tool; a toolkit may have at most %(limit)s.",
+            "`%(name)s` has %(count)s tools; a toolkit may have at most %(limit)s.",
+            len(found.tool_names),
+        ) % {
+            "name": cls.name, "count": len(found.tool_names), "limit": MAX_TOOLS
+        }
         report.add("too_many_tools", message, methods.get(name, cls))
     for name in found.tool_names:
         if len(name) > MAX_NAME_CHARS:
             where = methods.get(name, cls)
-            message = f"The tool name on line {where.lineno} is {len(name)} characters long; at most {MAX_NAME_CHARS}."
+            message = ngettext(
+                "The tool name on line %(line)s is %(count)s character long; at most %(limit)s.",
+                "The tool name on line %(line)s is %(count)s characters long; at most %(limit)s.",
+                len(name),
+            ) % {
+                "line": where.lineno, "count": len(name), "limit": MAX_NAME_CHARS
+            }
             report.add("tool_name_too_long", message, where)
     if len(imports) > MAX_IMPORTS:
         extra = imports[MAX_IMPORTS]
         node = _first_import_of(nodes, extra)
-        message = f"The file imports {len(imports)} different modules; a toolkit may import at most {MAX_IMPORTS}."
+        message = ngettext(
+            "The file imports %(count)s different module; a toolkit may import at most %(limit)s.",
+            "The file imports %(count)s different modules; a toolkit may import at most %(limit)s.",
+            len(imports),
+        ) % {
+            "count": len(imports), "limit": MAX_IMPORTS
+        }
         report.add("too_many_imports", message, node)
     if len(hosts) > MAX_HOSTS:
-        message = f"The file names {len(hosts)} different hosts in URLs; a toolkit may name at most {MAX_HOSTS}."
+        message = ngettext(
+            "The file names %(count)s different host in URLs; a toolkit may name at most %(limit)s.",
+            "The file names %(count)s different hosts in URLs; a toolkit may name at most %(limit)s.",
+            len(hosts),
+        ) % {
+            "count": len(hosts), "limit": MAX_HOSTS
+        }
         report.add("too_many_hosts", message)
 
 
@@ -448,8 +503,9 @@ def _decode(data: bytes | str) -> str:
         data = data.encode("utf-8", "surrogatepass")
     size = len(data)
     if size > MAX_SOURCE_BYTES:
-        message = f"The file is {size:,} bytes ({size / 1024:.1f} KiB); the limit is 512 KiB"
-        message += f" ({MAX_SOURCE_BYTES:,} bytes)."
+        message = _("The file is %(size)s bytes (%(kib)s KiB); the limit is 512 KiB (%(limit)s bytes).") % {
+            "size": f"{size:,}", "kib": f"{size / 1024:.1f}", "limit": f"{MAX_SOURCE_BYTES:,}"
+        }
         raise _refuse("too_large", message)
     try:
         source = data.decode("utf-8")
@@ -457,13 +513,17 @@ def _decode(data: bytes | str) -> str:
         before = _normalise(data[: exc.start].decode("utf-8").removeprefix("\ufeff"))
         line, column = _line_column(before, len(before))
         bad = data[exc.start]
-        message = f"The file is not valid UTF-8: byte {bad:#04x} at byte offset {exc.start} (line {line}, column"
-        message += f" {column}) cannot be decoded. Save the file as UTF-8 and upload it again."
+        message = _(
+            "The file is not valid UTF-8: byte %(byte)s at byte offset %(offset)s (line %(line)s, column %(column)s)"
+            " cannot be decoded. Save the file as UTF-8 and upload it again."
+        ) % {"byte": f"{bad:#04x}", "offset": exc.start, "line": line, "column": column}
         raise _refuse("not_utf8", message, line, column) from None
     source = _normalise(source.removeprefix("\ufeff"))
     if "\x00" in source:
         line, column = _line_column(source, source.index("\x00"))
-        message = f"The file contains a NUL byte at line {line}, column {column}; Python source cannot."
+        message = _("The file contains a NUL byte at line %(line)s, column %(column)s; Python source cannot.") % {
+            "line": line, "column": column
+        }
         raise _refuse("nul_byte", message, line, column)
     return source
 
@@ -481,12 +541,17 @@ def _parse_python(source: str, filename: str | None, report: _Report) -> ast.Mod
             return ast.parse(source, filename=filename or "<toolkit>")
     except SyntaxError as exc:
         line, column = exc.lineno, exc.offset
-        where = f" at line {line}, column {column}" if line and column else ""
-        message = f"Syntax error{where}: {exc.msg}."
+        # Python's own description of the error stays as Python wrote it.
+        if line and column:
+            message = _("Syntax error at line %(line)s, column %(column)s: %(problem)s.") % {
+                "line": line, "column": column, "problem": exc.msg
+            }
+        else:
+            message = _("Syntax error: %(problem)s.") % {"problem": exc.msg}
         report.errors.append(SourceError(message, line, column, code="syntax"))
     except (MemoryError, RecursionError):
         # CPython's parser gives up on very deeply nested code with one of these.
-        report.add("syntax", "The code is nested too deeply to parse.")
+        report.add("syntax", _("The code is nested too deeply to parse."))
     return None
 
 
@@ -507,22 +572,28 @@ def _find_toolkit_class(tree: ast.Module, report: _Report) -> _Found | None:
         cls = tools[-1]
         names = _public_methods(cls)
         if not names:
-            message = f"`class Tools` on line {cls.lineno} has no public methods, so the toolkit offers no tools."
-            report.add("no_tools", f"{message} Each method whose name does not start with `_` is a tool.", cls)
+            message = _(
+                "`class Tools` on line %(line)s has no public methods, so the toolkit offers no tools. Each method"
+                " whose name does not start with `_` is a tool."
+            ) % {"line": cls.lineno}
+            report.add("no_tools", message, cls)
         return _Found("openwebui", cls, names)
     plugins = [node for node in classes if any(map(_is_plugin_base, node.bases))]
     if len(plugins) > 1:
         second = plugins[1]
-        message = f"`class {second.name}` on line {second.lineno} is a second LLMToolPlugin subclass;"
-        message += f" a toolkit has one (`{plugins[0].name}`)."
+        message = _(
+            "`class %(name)s` on line %(line)s is a second LLMToolPlugin subclass; a toolkit has one (`%(first)s`)."
+        ) % {"name": second.name, "line": second.lineno, "first": plugins[0].name}
         report.add("several_plugins", message, second)
     if plugins:
         return _check_plugin(plugins[0], report)
     strategies = [node for node in classes if any(map(_is_strategy_base, node.bases))]
     if len(strategies) > 1:
         second = strategies[1]
-        message = f"`class {second.name}` on line {second.lineno} is a second AgentStrategy subclass;"
-        message += f" a strategy file has one (`{strategies[0].name}`)."
+        message = _(
+            "`class %(name)s` on line %(line)s is a second AgentStrategy subclass; a strategy file has one"
+            " (`%(first)s`)."
+        ) % {"name": second.name, "line": second.lineno, "first": strategies[0].name}
         report.add("several_strategies", message, second)
     if strategies:
         return _check_strategy(strategies[0], report)
@@ -538,21 +609,38 @@ def _is_strategy_base(base: ast.expr) -> bool:
 def _check_strategy(cls: ast.ClassDef, report: _Report) -> _Found:
     """An agent strategy (after Dify's): `_invoke(self, parameters)` must be a plain generator
     method, since the runtime iterates what it yields; it offers no tools of its own."""
-    where = f"Agent strategy `{cls.name}` (line {cls.lineno})"
+    where = {"name": cls.name, "class_line": cls.lineno}
     invoke = next((node for node in cls.body if isinstance(node, _Function) and node.name == "_invoke"), None)
     if invoke is None:
-        message = f"{where} has no `_invoke(self, parameters)` method; it is what runs, yielding log nodes and text."
-        report.add("strategy_invoke", message, cls)
-    elif isinstance(invoke, ast.AsyncFunctionDef):
-        message = f"`_invoke` of {where} on line {invoke.lineno} must be a plain `def`, not `async def`."
-        report.add("strategy_invoke", message, invoke)
+        message = _(
+            "Agent strategy `%(name)s` (line %(class_line)s) has no `_invoke(self, parameters)` method; it is what"
+            " runs, yielding log nodes and text."
+        )
+        report.add("strategy_invoke", message % where, cls)
+        return _strategy_found(cls)
+    where["line"] = invoke.lineno
+    if isinstance(invoke, ast.AsyncFunctionDef):
+        message = _(
+            "`_invoke` of agent strategy `%(name)s` (line %(class_line)s) on line %(line)s must be a plain `def`,"
+            " not `async def`."
+        )
     elif not any(isinstance(node, ast.Yield | ast.YieldFrom) for node in ast.walk(invoke)):
-        message = f"`_invoke` of {where} on line {invoke.lineno} never yields: it must yield its log nodes"
-        message += " and text messages (`yield self.create_text_message(answer)`)."
-        report.add("strategy_invoke", message, invoke)
+        message = _(
+            "`_invoke` of agent strategy `%(name)s` (line %(class_line)s) on line %(line)s never yields: it must"
+            " yield its log nodes and text messages (`yield self.create_text_message(answer)`)."
+        )
     elif len(invoke.args.args) != 2:
-        message = f"`_invoke` of {where} on line {invoke.lineno} takes `(self, parameters)`."
-        report.add("strategy_invoke", message, invoke)
+        message = _(
+            "`_invoke` of agent strategy `%(name)s` (line %(class_line)s) on line %(line)s takes"
+            " `(self, parameters)`."
+        )
+    else:
+        return _strategy_found(cls)
+    report.add("strategy_invoke", message % where, invoke)
+    return _strategy_found(cls)
+
+
+def _strategy_found(cls: ast.ClassDef) -> _Found:
     description = ast.get_docstring(cls) or ""
     return _Found("agent_strategy", cls, [], None, description.split("\n\n")[0].strip())
 
@@ -560,7 +648,9 @@ def _check_strategy(cls: ast.ClassDef, report: _Report) -> _Found:
 def _missing_tools(tree: ast.Module, report: _Report) -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "Tools":
-            message = f"`class Tools` on line {node.lineno} is inside another block; it must be at the top level."
+            message = _("`class Tools` on line %(line)s is inside another block; it must be at the top level.") % {
+                "line": node.lineno
+            }
             report.add("no_tools_class", message, node)
             return
     for node in tree.body:
@@ -571,12 +661,17 @@ def _missing_tools(tree: ast.Module, report: _Report) -> None:
         elif isinstance(node, ast.Import | ast.ImportFrom):
             bound = [alias.asname or alias.name for alias in node.names]
         if "Tools" in bound:
-            message = f"`Tools` on line {node.lineno} is not made by a class statement. ToolHub reads toolkits"
-            message += " without running them, so it needs `class Tools:` at module level."
+            message = _(
+                "`Tools` on line %(line)s is not made by a class statement. ToolHub reads toolkits without running"
+                " them, so it needs `class Tools:` at module level."
+            ) % {"line": node.lineno}
             report.add("no_tools_class", message, node)
             return
-    message = "No `class Tools` at module level, and no class deriving from `LLMToolPlugin` or `AgentStrategy`. An Open WebUI"
-    report.add("no_tools_class", f"{message} toolkit defines `class Tools:`, whose public methods are its tools.")
+    message = _(
+        "No `class Tools` at module level, and no class deriving from `LLMToolPlugin` or `AgentStrategy`. An Open"
+        " WebUI toolkit defines `class Tools:`, whose public methods are its tools."
+    )
+    report.add("no_tools_class", message)
 
 
 def _decorator_names(function: _Function) -> set[str]:
@@ -612,24 +707,33 @@ def _check_plugin(cls: ast.ClassDef, report: _Report) -> _Found:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == "_version_" for t in targets):
                 version = node
-    where = f"RAGFlow plugin `{cls.name}` (line {cls.lineno})"
-    example = 'such as `_version_ = "1.0.0"`'
+    where = {"name": cls.name, "class_line": cls.lineno}
     plugin_version = _literal(version.value) if version else None
     if version is None:
-        message = f"{where} has no `_version_`; RAGFlow requires one, {example}."
-        report.add("plugin_version", message, cls)
+        message = _(
+            'RAGFlow plugin `%(name)s` (line %(class_line)s) has no `_version_`; RAGFlow requires one, such as'
+            ' `_version_ = "1.0.0"`.'
+        )
+        report.add("plugin_version", message % where, cls)
     elif plugin_version is None:
-        message = f"`_version_` of {where} on line {version.lineno} must be a string literal, {example}."
-        report.add("plugin_version", message, version)
+        message = _(
+            '`_version_` of RAGFlow plugin `%(name)s` (line %(class_line)s) on line %(line)s must be a string'
+            ' literal, such as `_version_ = "1.0.0"`.'
+        )
+        report.add("plugin_version", message % {**where, "line": version.lineno}, version)
     metadata = methods.get("get_metadata")
     if metadata is None:
-        report.add("plugin_metadata", f"{where} has no `get_metadata` classmethod.", cls)
+        message = _("RAGFlow plugin `%(name)s` (line %(class_line)s) has no `get_metadata` classmethod.")
+        report.add("plugin_metadata", message % where, cls)
     elif not _decorator_names(metadata) & {"classmethod", "staticmethod"}:
-        message = f"`get_metadata` of {where} on line {metadata.lineno} must be a `@classmethod`: RAGFlow"
-        message += " calls it on the class."
-        report.add("plugin_metadata", message, metadata)
+        message = _(
+            "`get_metadata` of RAGFlow plugin `%(name)s` (line %(class_line)s) on line %(line)s must be a"
+            " `@classmethod`: RAGFlow calls it on the class."
+        )
+        report.add("plugin_metadata", message % {**where, "line": metadata.lineno}, metadata)
     if "invoke" not in methods:
-        report.add("plugin_invoke", f"{where} has no `invoke` method.", cls)
+        message = _("RAGFlow plugin `%(name)s` (line %(class_line)s) has no `invoke` method.")
+        report.add("plugin_invoke", message % where, cls)
     literals = _metadata_literals(metadata) if metadata else {}
     name = literals.get("name") or _snake_case(cls.name)
     description = literals.get("description", "")

@@ -25,6 +25,7 @@ from toolhub.toolkits import lifecycle
 from toolhub.toolkits import selectors as toolkit_selectors
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
+from toolhub.toolkits.status_text import translate_detail
 from toolhub.toolkits.views import detail_context
 
 # Packages per page of the queue, and the requests listed for each (the rest are counted).
@@ -71,7 +72,7 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     inferred_modules = sorted({r.import_name for package in page for r in getattr(package, "shown_requests") if r.import_name})  # noqa: B009
     decisions = package_selectors.decisions_recent(limit=50)
     counts = package_selectors.package_counts()
-    statuses = [(value, label, counts[value]) for value, label in Approval.choices]
+    statuses = [(value, _tab_label(value, counts[value])) for value in Approval.values]
     return render(
         request, "packages/queue.html",
         {"packages": page, "page": page, "status": status, "decisions": decisions, "statuses": statuses,
@@ -151,6 +152,17 @@ def package_remap(request: AuthenticatedHttpRequest) -> HttpResponse:
     return back
 
 
+def _tab_label(status: str, count: int) -> str:
+    """A tab of the queue with its count, in a form that agrees with the count (in French
+    "Approuvé (1)" but "Approuvés (2)")."""
+    labels: dict[str, str] = {
+        Approval.PENDING: ngettext("Pending (%(n)s)", "Pending (%(n)s)", count),
+        Approval.APPROVED: ngettext("Approved (%(n)s)", "Approved (%(n)s)", count),
+        Approval.REJECTED: ngettext("Rejected (%(n)s)", "Rejected (%(n)s)", count),
+    }
+    return labels[status] % {"n": count}
+
+
 def _queue_url(status: str | None) -> str:
     # Back to the tab the decision was made on.
     url = reverse("package_queue")
@@ -205,5 +217,5 @@ def toolkit_retry(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     if revision.status == Status.BUILDING:
         messages.success(request, _("Build queued again."))
     else:
-        messages.warning(request, revision.status_detail)
+        messages.warning(request, translate_detail(revision.status_detail))
     return redirect("toolkit_environment", slug=toolkit.slug)

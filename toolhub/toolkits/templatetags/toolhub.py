@@ -9,6 +9,7 @@ from toolhub.accounts.roles import is_admin
 from toolhub.packages import index_checks
 from toolhub.packages import selectors as package_selectors
 from toolhub.toolkits.display import Resolved, resolve, tool_display
+from toolhub.toolkits.status_text import translate_detail
 
 register = template.Library()
 
@@ -72,3 +73,9 @@ def pending_packages(context) -> int:
         return 0
     known = context.get("pending_count")
     return package_selectors.pending_count() if known is None else known
+
+
+@register.filter
+def status_detail(text):
+    """A revision's stored status detail in the page's language: `{{ revision.status_detail|status_detail }}`."""
+    return translate_detail(text or "")

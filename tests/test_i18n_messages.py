@@ -1,0 +1,175 @@
+"""Messages people read, in their language: validation of values against a schema, the static
+checks of an uploaded file, stored build and rejection details, why a toolkit cannot run, and
+the package queue's tabs, each with the plural form its count asks for. The catalogues being
+complete is tests/test_i18n_catalogue.py's job; this shows the messages go through them.
+
+People (tests/conftest.py): alice owns the toolkits, admin decides on packages."""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+
+import pytest
+from django.utils import translation
+
+from tests.conftest import toolkit_source
+from toolhub.packages.build_runner import Outcome, explain_failure
+from toolhub.packages.models import Package
+from toolhub.runs.services import not_ready_reason
+from toolhub.toolkits import lifecycle
+from toolhub.toolkits.schema_forms import parse_submission, validate
+from toolhub.toolkits.source_checks import ToolkitSourceInvalid, parse_toolkit_source
+from toolhub.toolkits.status_text import FORMS, translate_detail
+
+
+@pytest.fixture(autouse=True)
+def _english_unless_asked():
+    with translation.override("en"):
+        yield
+
+
+def _text(minimum: int) -> dict:
+    return {"type": "object", "properties": {"s": {"type": "string", "minLength": minimum}}}
+
+
+# -- Validation -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("language", "minimum", "message"),
+    [
+        ("en", 1, "Must be at least 1 character long."),
+        ("en", 3, "Must be at least 3 characters long."),
+        ("fr", 1, "Doit comporter au moins 1 caractère."),
+        ("fr", 3, "Doit comporter au moins 3 caractères."),
+        ("pl", 3, "Musi mieć co najmniej 3 znaki."),
+        ("pl", 5, "Musi mieć co najmniej 5 znaków."),
+        ("pl", 22, "Musi mieć co najmniej 22 znaki."),
+        ("zh-hans", 3, "长度必须至少为 3 个字符。"),
+    ],
+)
+def test_a_length_message_takes_the_plural_form_of_its_limit(language, minimum, message):
+    with translation.override(language):
+        assert validate(_text(minimum), {"s": ""}) == {"s": [message]}
+
+
+def test_required_unknown_and_unreadable_values_are_translated():
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}, "j": {}}, "required": ["n"],
+              "additionalProperties": False}
+    with translation.override("fr"):
+        assert validate(schema, {"zz": 1, "yy": 2}) == {
+            "n": ["Ce champ est obligatoire."], "__all__": ["Champs inconnus : yy, zz."]
+        }
+        assert validate(schema, {"n": "x"}) == {"n": ["Doit être un nombre entier."]}
+        _values, errors = parse_submission(schema, {"n": ["abc"], "j": ["{"]})
+    # The JSON decoder's position goes in as placeholders, the decoder's own words as written.
+    assert errors == {
+        "n": ["Saisissez un nombre entier."],
+        "j": ["Saisissez du JSON valide : Expecting property name enclosed in double quotes (ligne 1, colonne 2)."],
+    }
+    with translation.override("zh-hans"):
+        assert validate(schema, {"n": 1, "zz": 1}) == {"__all__": ["未知字段：zz。"]}
+
+
+# -- Static checks of a file ------------------------------------------------------------------
+
+
+def _problems(source: str, language: str) -> list[str]:
+    with translation.override(language), pytest.raises(ToolkitSourceInvalid) as refused:
+        parse_toolkit_source(source)
+    return [error.message for error in refused.value.errors]
+
+
+def test_a_syntax_error_is_translated_with_its_line_and_column():
+    source = '"""\ntitle: Broken\n"""\n\nclass Tools:\n    def f(self:\n        pass\n'
+    [english] = _problems(source, "en")
+    assert english.startswith("Syntax error at line 6, column ")
+    [french] = _problems(source, "fr")
+    assert french.startswith("Erreur de syntaxe à la ligne 6, colonne ")
+    [chinese] = _problems(source, "zh-hans")
+    assert chinese.startswith("第 6 行第 ")
+
+
+def test_requirement_and_class_problems_are_translated():
+    source = toolkit_source("Paths", "./local.whl, -i https://x").replace("class Tools:", "class Helpers:")
+    english = _problems(source, "en")
+    french = _problems(source, "fr")
+    assert len(french) == len(english) == 3
+    assert "`./local.whl` dans `requirements:` à la ligne 6 est un chemin de fichier." in french[1]
+    assert "est une option de pip, pas une dépendance" in french[2]
+    assert french[0].startswith("Aucune `class Tools` au niveau du module")
+    assert "`./local.whl` w `requirements:` w wierszu 6 to ścieżka pliku." in _problems(source, "pl")[1]
+
+
+# -- Stored details ---------------------------------------------------------------------------
+
+
+def test_every_form_of_a_stored_detail_has_a_translation_that_keeps_its_placeholders():
+    for language in ("fr", "pl", "tr", "zh-hans"):
+        with translation.override(language):
+            for form in FORMS:
+                translated = translation.gettext(form)
+                assert translated != form, (language, form)
+                assert set(re.findall(r"%\(\w+\)s", translated)) == set(re.findall(r"%\(\w+\)s", form))
+
+
+def test_details_the_lifecycle_and_the_build_write_are_known_forms():
+    assert lifecycle.QUEUE_FAILED in FORMS
+    conflict = Outcome(1, deque(["ERROR: No matching distribution found for humanize>=99"]))
+    failed = Outcome(2, deque(["Preparing metadata", "ERROR: something broke"]))
+    with translation.override("fr"):
+        assert translate_detail(explain_failure("pip-compile", conflict, index_url=None)) == (
+            "Aucune distribution ne correspond à humanize>=99"
+        )
+        assert translate_detail(explain_failure("uv pip install", failed, index_url=None)) == (
+            "uv pip install a échoué : something broke"
+        )
+        assert translate_detail("The build was interrupted (its worker stopped); press Retry to build again.") == (
+            "La construction a été interrompue (son worker s’est arrêté) ; appuyez sur Réessayer pour reconstruire."
+        )
+
+
+def test_a_list_of_rejections_is_translated_part_by_part_and_a_reason_keeps_its_semicolons():
+    with translation.override("fr"):
+        assert translate_detail("package a was rejected: too old; package b was rejected") == (
+            "le paquet a a été refusé : too old; le paquet b a été refusé"
+        )
+        assert translate_detail("package a was rejected: use x; not y") == "le paquet a a été refusé : use x; not y"
+        # What no writer makes is shown as stored.
+        assert translate_detail("Something else entirely") == "Something else entirely"
+
+
+@pytest.mark.django_db
+def test_a_rejection_and_why_the_toolkit_cannot_run_are_shown_in_the_readers_language(client, alice, admin, upload):
+    toolkit = upload(alice, toolkit_source("Sizes", "humanize>=4"), slug="sizes")
+    client.force_login(alice)
+    waiting = client.get("/toolkits/sizes/environment/", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+    assert "En attente de l’approbation d’un administrateur : humanize" in waiting
+    lifecycle.package_reject(name="humanize", user=admin, reason="Use the stdlib instead.")
+    page = client.get("/toolkits/sizes/environment/", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+    assert "le paquet humanize a été refusé : Use the stdlib instead." in page
+    # The API keeps the stored English.
+    toolkit.refresh_from_db()
+    assert toolkit.latest_revision().status_detail == "package humanize was rejected: Use the stdlib instead."
+    with translation.override("pl"):
+        assert not_ready_reason(toolkit) == (
+            "Zestaw narzędzi nie jest gotowy: administrator odrzucił jeden z jego pakietów. "
+            "(pakiet humanize został odrzucony: Use the stdlib instead.)"
+        )
+
+
+# -- The package queue's tabs -----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_queue_tabs_agree_with_their_counts_in_french(client, admin):
+    Package.objects.create(name="one", status="approved")
+    client.force_login(admin)
+    page = client.get("/packages/", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+    assert ">Approuvé (1)</a>" in page and ">Refusé (0)</a>" in page
+    Package.objects.create(name="two", status="approved")
+    page = client.get("/packages/", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+    assert ">Approuvés (2)</a>" in page and ">En attente (0)</a>" in page
+    english = client.get("/packages/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert ">Approved (2)</a>" in english

@@ -1,0 +1,76 @@
+"""A revision's stored status detail (`Revision.status_detail`) in the reader's language.
+
+The lifecycle and the worker store the detail in English, the text the API returns. Pages show
+it translated: every form a detail takes is listed here with its placeholders, and a detail of
+one of these forms is shown as its translation, with what fills the placeholders (package
+names, an admin's reason, a tool's own error) as written. A detail of no known form is shown
+as stored. A list of rejected packages (`package a was rejected: …; package b was rejected`)
+is translated part by part.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from django.utils.translation import gettext, gettext_noop
+
+# Writers: toolkits/lifecycle.py, toolkits/building.py and packages/build_runner.py
+# (`explain_failure`). The more specific form of two that could both match comes first.
+FORMS = [
+    gettext_noop("Waiting for an admin to approve: %(names)s"),
+    gettext_noop("Queued for build"),
+    gettext_noop("Locking the requirements"),
+    gettext_noop("Building the environment"),
+    gettext_noop("Inspecting the tools in the sandbox"),
+    gettext_noop("The build was interrupted (its worker stopped); press Retry to build again."),
+    gettext_noop("No worker could take the build (the broker is unavailable); press Retry once it is back."),
+    gettext_noop("package %(name)s was rejected: %(reason)s"),
+    gettext_noop("package %(name)s was rejected"),
+    gettext_noop("build timed out after %(seconds)s s"),
+    gettext_noop("internal error during build (%(error)s); see the worker log"),
+    gettext_noop("Loading the toolkit failed: %(error)s"),
+    gettext_noop("The toolkit's introspection was refused: %(error)s."),
+    gettext_noop("index unreachable: %(where)s"),
+    gettext_noop("hash mismatch for %(name)s: the index serves other files than the lock names"),
+    gettext_noop("No matching distribution for %(name)s (constrained to %(limits)s)"),
+    gettext_noop("No matching distribution for %(name)s"),
+    gettext_noop("constraint %(constraint)s contradicts requirement %(requirement)s"),
+    gettext_noop("constraint %(constraint)s contradicts %(who)s, which requires %(requirement)s"),
+    gettext_noop("%(name)s failed to build: %(detail)s"),
+    gettext_noop("%(name)s failed to build"),
+    gettext_noop("%(tool)s failed: %(error)s"),
+    gettext_noop("%(tool)s exited with status %(status)s"),
+]
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+@cache
+def _patterns() -> list[tuple[str, re.Pattern[str]]]:
+    patterns = []
+    for form in FORMS:
+        pieces = _PLACEHOLDER.split(form)
+        # split() alternates literal text and placeholder names.
+        regex = "".join(re.escape(piece) if i % 2 == 0 else f"(?P<{piece}>.+?)" for i, piece in enumerate(pieces))
+        patterns.append((form, re.compile(regex, re.DOTALL)))
+    return patterns
+
+
+def _one(text: str) -> str | None:
+    for form, pattern in _patterns():
+        match = pattern.fullmatch(text)
+        if match:
+            return gettext(form) % match.groupdict()
+    return None
+
+
+def translate_detail(text: str) -> str:
+    """`text` in the active language when it has a known form, else `text` as it is."""
+    if not text:
+        return text
+    parts = text.split("; ")
+    if len(parts) > 1:
+        translated = [_one(part) for part in parts]
+        if all(part is not None for part in translated):
+            return "; ".join(part for part in translated if part is not None)
+    return _one(text) or text
