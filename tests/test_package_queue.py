@@ -158,7 +158,7 @@ def test_it_shows_the_history_of_decisions(client, admin, sizes, bars):
     assert "Unmaintained since 2019." in html
     assert "No packages here." in html
     assert response.context["statuses"] == [
-        ("pending", "Pending", 0), ("approved", "Approved", 1), ("rejected", "Rejected", 1),
+        ("pending", "Pending (0)"), ("approved", "Approved (1)"), ("rejected", "Rejected (1)"),
     ]
     approved = client.get(QUEUE, {"status": "approved"})
     assert [p.name for p in approved.context["packages"]] == ["humanize"]
