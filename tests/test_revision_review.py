@@ -424,3 +424,15 @@ def test_the_overview_leads_an_admin_to_the_waiting_revision_in_the_queue(pendin
     html = client.get(f"/toolkits/{pending.toolkit.slug}/").content.decode()
     assert f'href="/packages/reviews/#review-{pending.pk}"' in html
     assert f'id="review-{pending.pk}"' in client.get(QUEUE).content.decode()
+
+
+@pytest.mark.django_db
+def test_approving_an_older_revision_keeps_a_newer_current_one(pending, admin, client):
+    newer = _introspected(revision_upload(toolkit=pending.toolkit, source=HONEST + "\n# v3\n", user=admin).revision, SCHEMA)
+    assert Toolkit.objects.get(pk=pending.toolkit_id).current_revision_id == newer.pk
+    client.force_login(admin)
+    html = client.post(f"{QUEUE}{pending.pk}/", {"action": "approve"}, follow=True).content.decode()
+    assert "a newer revision stays current" in html
+    pending.refresh_from_db()
+    assert pending.status == Status.READY
+    assert Toolkit.objects.get(pk=pending.toolkit_id).current_revision_id == newer.pk

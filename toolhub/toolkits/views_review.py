@@ -59,9 +59,14 @@ def revision_review(request: AuthenticatedHttpRequest, revision_id: int) -> Http
     if revision is None:
         messages.info(request, _("That revision no longer awaits review."))
         return back
-    names = {"slug": revision.toolkit.slug, "n": revision.number}
-    if action == "approve":
+    toolkit = revision.toolkit
+    toolkit.refresh_from_db(fields=["current_revision"])
+    names = {"slug": toolkit.slug, "n": revision.number}
+    if action == "approve" and toolkit.current_revision_id == revision.pk:
         messages.success(request, _("Approved revision %(n)s of %(slug)s: it is current now.") % names)
+    elif action == "approve":
+        # A newer ready revision (an admin's own, say) stays current.
+        messages.success(request, _("Approved revision %(n)s of %(slug)s; a newer revision stays current.") % names)
     else:
         messages.success(request, _("Rejected revision %(n)s of %(slug)s: the current revision stays.") % names)
     return back
