@@ -123,4 +123,6 @@ def test_a_revision_awaiting_review_says_so(client, admin, alice, upload):
     assert 'href="/toolkits/org/revisions/"' in block and "?seen=awaiting_review" in block
     client.force_login(admin)
     block = _block(client.get("/toolkits/org/").content.decode())
-    assert f'href="/packages/reviews/{second.pk}/"' in block
+    # The review queue, at this revision (its own URL takes the decision, by POST only).
+    assert f'href="/packages/reviews/#review-{second.pk}"' in block
+    assert f'id="review-{second.pk}"' in client.get("/packages/reviews/").content.decode()
