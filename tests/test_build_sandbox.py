@@ -210,6 +210,19 @@ def test_an_allowed_source_build_runs_unprivileged_in_the_sandbox_and_sees_nothi
 
 
 @pytest.mark.django_db
+def test_without_the_build_user_nothing_is_built_and_the_revision_says_why(
+    settings, client, admin, alice, upload, hostile_links, inline_tasks, django_capture_on_commit_callbacks
+):
+    settings.TOOLHUB_BUILD_USER = "toolhub-no-such-builder"
+    toolkit = upload(alice, toolkit_source("Nice", "nice-lib"), slug="nice")
+    _approve(client, admin, "nice-lib", django_capture_on_commit_callbacks)
+    revision = _revision(toolkit)
+    assert revision.status == Status.FAILED
+    assert revision.status_detail.startswith("the build sandbox is unavailable: the sandbox user 'toolhub-no-such-builder'")
+    assert "$ " not in revision.build_log
+
+
+@pytest.mark.django_db
 def test_the_queue_offers_the_allowance_with_its_warning_and_a_rejection_withdraws_it(
     client, admin, alice, bearer, upload
 ):

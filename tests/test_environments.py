@@ -809,3 +809,13 @@ def test_the_runner_hides_credentials_in_urls() -> None:
 def test_failures_are_explained_in_one_line(output: str, reason: str) -> None:
     outcome = build_runner.Outcome(returncode=2, lines=deque(output.splitlines()))
     assert build_runner.explain_failure("uv pip install", outcome, index_url=None) == reason
+
+
+def test_the_build_sandbox_sees_the_local_places_packages_come_from(tmp_path: Path) -> None:
+    # A file:// index with the directory above it (a mirror's pages link to ../../files/...),
+    # find-links directories as given, the CA bundle; remote URLs need no path.
+    settings = IndexSettings(
+        index_url=f"file://{tmp_path}/mirror/simple", extra_index_urls=("https://pypi.example/simple",),
+        find_links=(str(tmp_path / "wheels"), "https://example.org/wheels/"), cert=str(tmp_path / "ca.pem"),
+    )
+    assert settings.local_paths() == [str(tmp_path / "ca.pem"), str(tmp_path / "mirror"), str(tmp_path / "wheels")]

@@ -168,7 +168,7 @@ def test_the_queue_shows_what_the_index_says(client, admin, waiting):
     for text in ("4.9.0", "2023-11-02", "Python humanize utilities", "Licence: MIT", "wheel for Python 3.11", "1 dependency"):
         assert text in humanize
     foo = html.split('data-package="foo-bar"')[1].split("</tr>")[0]
-    assert "no wheel for Python 3.11: built from source" in foo
+    assert "no wheel for Python 3.11: it builds only if an admin allows building it from source" in foo
     assert "dependencies unknown" in foo
     typo = html.split('data-package="humanise-typo"')[1].split("</tr>")[0]
     assert "Not on the index" in typo

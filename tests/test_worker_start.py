@@ -16,6 +16,14 @@ def test_a_worker_without_bubblewrap_says_so_at_start(settings, caplog):
     assert "bubblewrap" in caplog.text
 
 
+def test_a_worker_without_the_build_user_says_so_at_start(settings, caplog):
+    settings.TOOLHUB_BUILD_USER = "toolhub-no-such-builder"
+    with caplog.at_level(logging.ERROR):
+        startup_check()
+    assert "cannot build environments" in caplog.text
+    assert "'toolhub-no-such-builder' does not exist" in caplog.text
+
+
 def test_a_worker_with_a_working_sandbox_says_nothing(caplog):
     with caplog.at_level(logging.ERROR):
         startup_check()

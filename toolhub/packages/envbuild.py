@@ -162,17 +162,20 @@ class IndexSettings:
 
     def local_paths(self) -> list[str]:
         """The host directories and files these settings read packages from (a build sandbox
-        must see them): find-links directories, file:// indexes, the CA bundle."""
-        paths = [self.cert] if self.cert else []
-        for location in (self.index_url, *self.extra_index_urls, *self.find_links):
-            if not location:
-                continue
+        must see them): find-links directories, file:// indexes with the directory above them
+        (a mirror's pages link to files beside `simple/`, as in `../../files/x.whl`), the CA
+        bundle."""
+        paths = [Path(self.cert)] if self.cert else []
+        for location, is_index in (
+            *((url, True) for url in (self.index_url, *self.extra_index_urls) if url),
+            *((link, False) for link in self.find_links),
+        ):
             parts = urlsplit(location)
-            if parts.scheme == "file":
-                paths.append(unquote(parts.path))
-            elif not parts.scheme:
-                paths.append(location)
-        return [str(Path(path).resolve()) for path in paths]
+            if parts.scheme not in ("file", ""):
+                continue
+            path = Path(unquote(parts.path) if parts.scheme else location).resolve()
+            paths.append(path.parent if is_index else path)
+        return [str(path) for path in paths]
 
     def pip_args(self) -> list[str]:
         args: list[str] = []

@@ -148,8 +148,9 @@ def decisions_record(
     *, names: Iterable[str], status: str, user: User, constraint: str = "", reason: str = "", source_build: bool = False
 ) -> list[Package]:
     """Record one decision for each (already validated) name and return the packages, locked
-    in name order. `source_build` (approvals only) lets the packages be built from source. The lifecycle calls this inside the transaction in which it then moves the
-    revisions that waited on them (toolhub.toolkits.lifecycle.packages_decide)."""
+    in name order; `source_build` (approvals only) lets the packages be built from source. The
+    lifecycle calls this inside the transaction in which it then moves the revisions that
+    waited on them (toolhub.toolkits.lifecycle.packages_decide)."""
     now = timezone.now()
     packages = []
     for name in sorted(set(names)):

@@ -114,6 +114,12 @@ def build(revision_id: int) -> None:
         log.flush()
         lifecycle.build_needs_source(revision_id=revision_id, name=exc.name, reason=exc.reason)
         return
+    except sandboxlib.SandboxUnavailable as exc:
+        # No build sandbox on this host (bubblewrap or the build user missing): say so.
+        log(f"Build failed: {exc}")
+        log.flush()
+        lifecycle.fail(revision_id=revision_id, reason=f"the build sandbox is unavailable: {exc}")
+        return
     except envlib.BuildFailed as exc:
         reason = exc.reason
         if time.monotonic() >= deadline:

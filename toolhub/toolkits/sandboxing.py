@@ -15,6 +15,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from toolhub.packages.environments import build_sandbox
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox import scratch
 from toolhub.sandbox.egress import EgressPolicy, ProxyHandle, run_proxy_in_thread
@@ -178,9 +179,10 @@ def egress_for(toolkit: Toolkit, revision: Revision) -> Iterator[tuple[Sequence[
 
 
 def startup_check() -> None:
-    """Say at worker start, not at the first invocation, when this host cannot sandbox:
-    bubblewrap, libseccomp, the sandbox user or the uid pool missing, or user namespaces
-    unavailable. Also removes the temporary directories of workers that died."""
+    """Say at worker start, not at the first invocation or build, when this host cannot
+    sandbox: bubblewrap, libseccomp, the sandbox user, the build user or the uid pool missing,
+    or user namespaces unavailable. Also removes the temporary directories of workers that
+    died."""
     scratch.sweep_dead("/tmp")
     if tempfile.gettempdir() != "/tmp":
         scratch.sweep_dead()
@@ -191,6 +193,10 @@ def startup_check() -> None:
             pool.check()
     except sandboxlib.SandboxUnavailable as exc:
         logger.error("This worker cannot run toolkits: %s", exc)
+    try:
+        build_sandbox().check()
+    except sandboxlib.SandboxUnavailable as exc:
+        logger.error("This worker cannot build environments: %s", exc)
 
 
 def outcome_reason(outcome: sandboxlib.SandboxOutcome) -> str:
