@@ -174,6 +174,8 @@ def test_the_queue_shows_what_the_index_says(client, admin, waiting):
     assert "Not on the index" in typo
     assert f"{waiting.url} does not know this name" in typo
     assert "Approve humanise-typo anyway" in typo
+    # Its Approve button waits for that box (static/js/toolhub.js); the others' do not.
+    assert 'data-enabled-by="anyway-humanise-typo"' in typo and "data-enabled-by" not in humanize
     # Nothing is looked up again while the answers are fresh, and no cell polls.
     assert "hx-get" not in html.split("<tbody>")[1].split("</tbody>")[0]
 

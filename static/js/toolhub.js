@@ -71,3 +71,17 @@ document.addEventListener("click", function (event) {
   input.type = shown ? "text" : "password";
   button.setAttribute("aria-pressed", shown ? "true" : "false");
 });
+
+// A button with data-enabled-by="<checkbox id>" (the package queue's Approve of a name the
+// index does not know) is disabled until that checkbox is ticked. The server checks the same
+// confirmation, so without JavaScript nothing is approved by accident either.
+function linkConfirmations(root) {
+  (root || document).querySelectorAll("button[data-enabled-by]").forEach(function (button) {
+    var box = document.getElementById(button.getAttribute("data-enabled-by"));
+    if (!box) { return; }
+    var follow = function () { button.disabled = !box.checked; };
+    box.addEventListener("change", follow);
+    follow();
+  });
+}
+document.addEventListener("DOMContentLoaded", function () { linkConfirmations(document); });

@@ -87,8 +87,11 @@ def test_an_admin_approves_with_the_index_information_and_an_unknown_name_is_ref
     expect(humanize.locator(".index-info")).not_to_have_attribute("hx-get", re.compile(".*"))
     shot("package-queue")
 
-    # The unknown name's own Approve button is refused without the confirmation.
-    typo.get_by_role("button", name="Approve humanise-typo").click()
+    # The unknown name's own Approve button waits for the confirmation; approving it with
+    # the others, without it, is refused by the server.
+    expect(typo.get_by_role("button", name="Approve humanise-typo")).to_be_disabled()
+    typo.get_by_role("checkbox", name="humanise-typo", exact=True).check()
+    page.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator(".messages")).to_contain_text("humanise-typo is not on the package index")
     expect(page.locator("tr[data-package='humanise-typo']")).to_be_visible()
 
@@ -100,6 +103,7 @@ def test_an_admin_approves_with_the_index_information_and_an_unknown_name_is_ref
     # Ticked, "approve anyway" approves it.
     typo = page.locator("tr[data-package='humanise-typo']")
     typo.get_by_label("Approve humanise-typo anyway").check()
+    expect(typo.get_by_role("button", name="Approve humanise-typo")).to_be_enabled()
     typo.get_by_role("button", name="Approve humanise-typo").click()
     expect(page.locator(".messages")).to_contain_text("Approved: humanise-typo")
     expect(page.get_by_text("No packages here.")).to_be_visible()
