@@ -300,29 +300,10 @@ def warm_sandbox(toolkit, runs: int) -> tuple[list[float], list[float], dict[str
                 raise SystemExit(f"the floor call failed: {outcome}")
 
         floor_times = _measure(floor, runs)
-        memory = _warm_memory(only)
+        memory = only.memory()
     finally:
         pool.close()
     return warm, floor_times, memory
-
-
-def _warm_memory(sandbox) -> dict[str, int]:
-    pids = [sandbox.process.pid]
-    children = Path(f"/proc/{sandbox.process.pid}/task/{sandbox.process.pid}/children").read_text().split()
-    pids += [int(child) for child in children]
-    pss = rss = 0
-    for pid in pids:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            name, _, value = line.partition(":")
-            if name == "Pss":
-                pss += int(value.split()[0])
-            elif name == "Rss":
-                rss += int(value.split()[0])
-    memory = {"pss_kb": pss, "rss_kb": rss}
-    group = sandbox._memory.dirs.get("memory")
-    if group is not None:
-        memory["cgroup_kb"] = int((group / "memory.usage_in_bytes").read_text()) >> 10
-    return memory
 
 
 def end_to_end(client, headers: dict, toolkit, runs: int) -> list[float]:
@@ -444,7 +425,7 @@ def main() -> None:
         print(f"end to end warm p50 ÷ bare python start: {e2e_warm / bare:.2f}  (target ≤ 2)")
         print(f"best invocations/s: {best_rate:.1f}  (target ≥ 100)")
         print(f"cold call ÷ warm call: {cold_call / warm_call:.1f}")
-        print("one idle warm sandbox: " + ", ".join(f"{name} {value / 1024:.1f} MiB" for name, value in memory.items()))
+        print("one idle warm sandbox: " + ", ".join(f"{name} {value / (1 << 20):.1f} MiB" for name, value in memory.items()))
     finally:
         for worker in workers:
             worker.stop()

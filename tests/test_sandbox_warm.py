@@ -8,6 +8,8 @@ Needs what tests/test_sandbox.py needs plus the uid pool (scripts/system-setup).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import textwrap
 import time
 import uuid
@@ -22,7 +24,7 @@ pytest_plugins = ["tests.sandbox_fixtures"]
 from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
 from toolhub.sandbox.launcher import Limits, SandboxOutcome  # noqa: E402
 from toolhub.sandbox.uids import UidPool  # noqa: E402
-from toolhub.sandbox.warm import WarmPool, WarmSandbox  # noqa: E402
+from toolhub.sandbox.warm import MemoryBudget, WarmBudgetExceeded, WarmPool, WarmSandbox  # noqa: E402
 
 pytestmark = pytest.mark.sandbox
 
@@ -418,3 +420,49 @@ def test_a_callback_that_raises_kills_only_the_call(call, pool: WarmPool) -> Non
         )
     assert _only_sandbox(pool) is sandbox and sandbox.usable()
     assert _result(call(ECHO, arguments={"text": "after"})) == "after"
+
+
+def test_the_memory_budget_holds_for_every_pool_of_the_host(
+    tmp_path: Path, sandbox_env: Path, sandbox_runtime: Path
+) -> None:
+    require_sandbox()
+    uids = UidPool(size=4, lock_dir=tmp_path / "uid-locks")
+    probe = WarmPool(size=1, uid_pool=uids)
+    try:
+        probe.warm(interpreter_env=sandbox_env, runtime_dir=sandbox_runtime, limits=LIMITS)
+        memory = _only_sandbox(probe).memory()
+    finally:
+        probe.close()
+    # bubblewrap and the fork server with pydantic imported: tens of MiB, not a few.
+    cost = memory["pss"]
+    assert 10 << 20 < cost < 200 << 20 and memory["rss"] >= cost, memory
+    # Room for one sandbox and a half, shared by two worker processes' pools.
+    budget = MemoryBudget(limit_bytes=cost * 3 // 2, directory=tmp_path / "budget")
+    first = WarmPool(size=2, uid_pool=uids, budget=budget, estimate=cost)
+    second = WarmPool(size=2, uid_pool=uids, budget=budget, estimate=cost)
+    other_limits = replace(LIMITS, memory_bytes=256 << 20)
+    try:
+        first.warm(interpreter_env=sandbox_env, runtime_dir=sandbox_runtime, limits=LIMITS)
+        assert 0 < budget.used() <= budget.limit_bytes
+        # Another process cannot take what this one's idle sandbox holds...
+        with pytest.raises(WarmBudgetExceeded):
+            second.warm(interpreter_env=sandbox_env, runtime_dir=sandbox_runtime, limits=LIMITS)
+        assert second.idle() == [] and budget.used() <= budget.limit_bytes
+        # ...while this one makes room by stopping its least recently used idle sandbox.
+        kept = _only_sandbox(first)
+        first.warm(interpreter_env=sandbox_env, runtime_dir=sandbox_runtime, limits=other_limits)
+        (now,) = first.idle()
+        assert now is not kept and kept.retired and now.limits == other_limits
+        assert budget.used() <= budget.limit_bytes
+    finally:
+        first.close()
+        second.close()
+    assert budget.used() == 0
+    # The share of a worker that died without giving it back is free again.
+    subprocess.run(
+        [sys.executable, "-c", "import sys; from pathlib import Path; from toolhub.sandbox.warm import MemoryBudget; "
+         "assert MemoryBudget(limit_bytes=1 << 30, directory=Path(sys.argv[1])).reserve(5 << 20); import os; os._exit(0)",
+         str(tmp_path / "budget")],
+        check=True, cwd=Path(__file__).resolve().parents[1],
+    )
+    assert budget.used() == 0

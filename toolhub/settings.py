@@ -298,6 +298,11 @@ TOOLHUB_SANDBOX_WARM = env.int("TOOLHUB_SANDBOX_WARM", default=1)
 TOOLHUB_SANDBOX_WARM_IDLE_SECONDS = env.float("TOOLHUB_SANDBOX_WARM_IDLE_SECONDS", default=300.0)
 TOOLHUB_SANDBOX_WARM_MAX_CALLS = env.int("TOOLHUB_SANDBOX_WARM_MAX_CALLS", default=100)
 TOOLHUB_SANDBOX_WARM_MAX_AGE = env.float("TOOLHUB_SANDBOX_WARM_MAX_AGE", default=600.0)
+# The memory all warm sandboxes of this host may use together, counted by the PSS each one
+# measured when it was ready (0: no budget); the shares are files locked by their holders in
+# TOOLHUB_SANDBOX_WARM_BUDGET_DIR (root's, 0700). A call that finds no room runs cold.
+TOOLHUB_SANDBOX_WARM_MEMORY_MB = env.int("TOOLHUB_SANDBOX_WARM_MEMORY_MB", default=1024)
+TOOLHUB_SANDBOX_WARM_BUDGET_DIR = env.str("TOOLHUB_SANDBOX_WARM_BUDGET_DIR", default="/run/toolhub-warm-sandboxes")
 # Host-wide (not per data dir): the uids are the host's. Root's, mode 0700.
 TOOLHUB_SANDBOX_UID_LOCK_DIR = env.str("TOOLHUB_SANDBOX_UID_LOCK_DIR", default="/run/toolhub-sandbox-uids")
 TOOLHUB_SANDBOX_WALL_SECONDS = env.float("TOOLHUB_SANDBOX_WALL_SECONDS", default=30.0)

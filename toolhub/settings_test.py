@@ -16,6 +16,9 @@ os.environ.setdefault("TOOLHUB_NO_INDEX", "1")
 # Calls made in the test process itself stay cold: a warm sandbox would outlive the test that
 # started it. Tests of warm workers set it for their worker process.
 os.environ.setdefault("TOOLHUB_SANDBOX_WARM", "0")
+# The warm sandboxes' memory budget of this test run's own, not the host's (other sessions'
+# sandboxes on the same host would otherwise count against it).
+os.environ.setdefault("TOOLHUB_SANDBOX_WARM_BUDGET_DIR", os.path.join(os.environ["TOOLHUB_DATA_DIR"], "warm-budget"))
 # Playwright's sync API runs an event loop in the test thread; the ORM calls the tests make
 # around it are still synchronous.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")

@@ -30,6 +30,8 @@ Django-free; ``toolhub.runs.sandbox`` decides when to use a pool.
 from __future__ import annotations
 
 import array
+import errno
+import fcntl
 import json
 import os
 import resource
@@ -39,7 +41,8 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
@@ -64,6 +67,110 @@ class WarmSandboxBroken(SandboxUnavailable):
     """The sandbox's parent misbehaved or died; the sandbox has been retired."""
 
 
+class WarmBudgetExceeded(SandboxUnavailable):
+    """One more warm sandbox would exceed the host's memory budget (the call then runs cold)."""
+
+
+# What a warm sandbox is counted at until it has been measured (one measured ~28 MiB PSS idle
+# with pydantic; pre-imported packages add theirs).
+DEFAULT_SANDBOX_ESTIMATE = 64 << 20
+
+
+class _Reservation:
+    """One warm sandbox's share of a MemoryBudget: a file holding its byte count, locked by its
+    holder for as long as the sandbox lives (the kernel drops the lock if the holder dies)."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+
+    def write(self, size: int) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.pwrite(self._fd, str(size).encode(), 0)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass
+class MemoryBudget:
+    """The memory every warm sandbox of this host may use together (all worker processes):
+    each sandbox reserves its share in ``directory`` before it starts, at its estimate, and
+    after it is ready at what it measured (the PSS of its processes); one that would go over is
+    not started, or retired at once. ``directory`` is the worker's own (0700), like the uid
+    pool's locks."""
+
+    limit_bytes: int
+    directory: Path
+
+    def reserve(self, size: int) -> _Reservation | None:
+        """A reservation of ``size`` bytes, or None when the budget cannot hold it."""
+        with self._locked() as used:
+            if used + size > self.limit_bytes:
+                return None
+            path = self.directory / f"{os.getpid()}-{time.monotonic_ns()}.warm"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            reservation = _Reservation(path, fd)
+            reservation.write(size)
+            return reservation
+
+    def resize(self, reservation: _Reservation, size: int) -> bool:
+        """Count ``reservation`` at ``size`` from now on if the budget holds it (else unchanged)."""
+        with self._locked() as used:
+            current = self._size(reservation.path)
+            if used - current + size > self.limit_bytes:
+                return False
+            reservation.write(size)
+            return True
+
+    def used(self) -> int:
+        with self._locked() as used:
+            return used
+
+    @contextmanager
+    def _locked(self) -> Iterator[int]:
+        """Hold the budget's lock; yields what every live reservation adds up to."""
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield self._sum()
+        finally:
+            os.close(fd)
+
+    def _sum(self) -> int:
+        total = 0
+        for path in self.directory.glob("*.warm"):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                total += self._size(path)
+            else:
+                # Its holder is gone (a worker that died): the share is free again.
+                path.unlink(missing_ok=True)
+            finally:
+                os.close(fd)
+        return total
+
+    @staticmethod
+    def _size(path: Path) -> int:
+        try:
+            return int(path.read_text() or 0)
+        except (OSError, ValueError):
+            return 0
+
+
 @dataclass
 class WarmSandbox:
     """One warm sandbox: bubblewrap, the fork server inside, and the control socket to it."""
@@ -77,6 +184,10 @@ class WarmSandbox:
     max_calls: int = 100
     max_age: float = 600.0
     cgroup_root: Path | None = launcher.DEFAULT_CGROUP_ROOT
+    budget: MemoryBudget | None = None
+    estimate: int = DEFAULT_SANDBOX_ESTIMATE
+    # The PSS of its processes once ready (what the budget counts it at).
+    memory_bytes: int = 0
     calls: int = 0
     started_at: float = 0.0
     last_used: float = 0.0
@@ -86,18 +197,50 @@ class WarmSandbox:
 
     def start(self) -> WarmSandbox:
         self._lease = None
-        user = self.sandbox_user
-        if self.uid_pool is not None:
-            self._lease = self.uid_pool.acquire()
-            user = self._lease.user.name
+        self._reservation = None
+        if self.budget is not None:
+            self._reservation = self.budget.reserve(self.estimate)
+            if self._reservation is None:
+                raise WarmBudgetExceeded("the warm sandboxes of this host use their whole memory budget")
         try:
+            user = self.sandbox_user
+            if self.uid_pool is not None:
+                self._lease = self.uid_pool.acquire()
+                user = self._lease.user.name
             self._identity = launcher._resolve_identity(bwrap=self.bwrap, sandbox_user=user)
             self._own_uid = self._lease is not None
             self._spawn()
+            self.memory_bytes = self.memory()["pss"]
+            if self.budget is not None and self._reservation is not None:
+                if not self.budget.resize(self._reservation, self.memory_bytes):
+                    raise WarmBudgetExceeded(
+                        f"a warm sandbox measured {self.memory_bytes >> 20} MiB, more than the memory budget has left"
+                    )
         except BaseException:
             self.retire()
             raise
         return self
+
+    def memory(self) -> dict[str, int]:
+        """What the sandbox's processes use now, in bytes: PSS and RSS summed over bubblewrap
+        and everything below it, and its memory cgroup's usage when it has one."""
+        pss = rss = 0
+        for pid in _descendants(self.process.pid):
+            try:
+                lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                name, _, value = line.partition(":")
+                if name == "Pss":
+                    pss += int(value.split()[0]) << 10
+                elif name == "Rss":
+                    rss += int(value.split()[0]) << 10
+        memory = {"pss": pss, "rss": rss}
+        group = self._memory.dirs.get("memory")
+        if group is not None:
+            memory["cgroup"] = int((group / "memory.usage_in_bytes").read_text())
+        return memory
 
     @property
     def uid(self) -> int:
@@ -399,6 +542,28 @@ class WarmSandbox:
         if lease is not None:
             lease.release()
             self._lease = None
+        reservation = getattr(self, "_reservation", None)
+        if reservation is not None:
+            reservation.release()
+            self._reservation = None
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (by ``/proc/<pid>/task/<tid>/children``)."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                todo += [int(child) for child in Path(f"/proc/{current}/task/{task}/children").read_text().split()]
+            except OSError:
+                continue
+    return found
 
 
 def _pidfd_pid(pidfd: int) -> int:
@@ -553,7 +718,9 @@ class WarmPool:
     """Warm sandboxes of one worker process, keyed by environment and runtime copy.
 
     ``size`` sandboxes at most per key, idle ones stopped after ``idle_timeout`` seconds; each
-    retired after ``max_calls`` calls or ``max_age`` seconds, or at the first anomaly.
+    retired after ``max_calls`` calls or ``max_age`` seconds, or at the first anomaly. With a
+    ``budget``, a sandbox that would not fit stops this pool's idle sandboxes of other keys,
+    least recently used first, to make room; ``WarmBudgetExceeded`` if that is not enough.
     """
 
     size: int = 2
@@ -564,7 +731,12 @@ class WarmPool:
     sandbox_user: str = launcher.DEFAULT_SANDBOX_USER
     uid_pool: UidPool | None = None
     cgroup_root: Path | None = launcher.DEFAULT_CGROUP_ROOT
+    budget: MemoryBudget | None = None
+    # What a sandbox of a key none was measured for yet reserves.
+    estimate: int = DEFAULT_SANDBOX_ESTIMATE
     _idle: dict[_Key, list[WarmSandbox]] = field(default_factory=dict)
+    # What a sandbox of each key measured last: the estimate the next one reserves.
+    _costs: dict[_Key, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     started: int = 0
     _reaper: threading.Thread | None = None
@@ -596,7 +768,7 @@ class WarmPool:
         with self._lock:
             if self._idle.get(key):
                 return
-        sandbox = self._start(interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits)
+        sandbox = self._start(key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits)
         self._give_back(key, sandbox)
 
     def _take(self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits) -> WarmSandbox:
@@ -608,21 +780,42 @@ class WarmPool:
                 if sandbox.usable():
                     return sandbox
                 sandbox.retire()
-        return self._start(interpreter_env=interpreter_env, runtime_dir=runtime_dir, limits=limits)
+        return self._start(key, interpreter_env=interpreter_env, runtime_dir=runtime_dir, limits=limits)
 
-    def _start(self, *, interpreter_env: Path, runtime_dir: Path, limits: Limits) -> WarmSandbox:
-        self.started += 1
-        return WarmSandbox(
-            interpreter_env=interpreter_env,
-            runtime_dir=runtime_dir,
-            limits=limits,
-            bwrap=self.bwrap,
-            sandbox_user=self.sandbox_user,
-            uid_pool=self.uid_pool,
-            max_calls=self.max_calls,
-            max_age=self.max_age,
-            cgroup_root=self.cgroup_root,
-        ).start()
+    def _start(self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits) -> WarmSandbox:
+        while True:
+            try:
+                sandbox = WarmSandbox(
+                    interpreter_env=interpreter_env,
+                    runtime_dir=runtime_dir,
+                    limits=limits,
+                    bwrap=self.bwrap,
+                    sandbox_user=self.sandbox_user,
+                    uid_pool=self.uid_pool,
+                    max_calls=self.max_calls,
+                    max_age=self.max_age,
+                    cgroup_root=self.cgroup_root,
+                    budget=self.budget,
+                    estimate=self._costs.get(key, self.estimate),
+                ).start()
+            except WarmBudgetExceeded:
+                if not self._stop_least_recent():
+                    raise
+                continue
+            self.started += 1
+            self._costs[key] = sandbox.memory_bytes
+            return sandbox
+
+    def _stop_least_recent(self) -> bool:
+        """Stop the idle sandbox used longest ago (to make room in the budget); False if none."""
+        with self._lock:
+            idle = [(sandbox.last_used, key, sandbox) for key, sandboxes in self._idle.items() for sandbox in sandboxes]
+            if not idle:
+                return False
+            _, key, sandbox = min(idle, key=lambda entry: entry[0])
+            self._idle[key].remove(sandbox)
+        sandbox.retire()
+        return True
 
     def _give_back(self, key: _Key, sandbox: WarmSandbox) -> None:
         if not sandbox.usable():

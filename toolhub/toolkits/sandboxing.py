@@ -20,7 +20,7 @@ from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox import scratch
 from toolhub.sandbox.egress import EgressPolicy, ProxyHandle, run_proxy_in_thread
 from toolhub.sandbox.uids import UidPool
-from toolhub.sandbox.warm import WarmPool
+from toolhub.sandbox.warm import MemoryBudget, WarmBudgetExceeded, WarmPool
 from toolhub.toolkits.models import Revision, Toolkit
 
 logger = logging.getLogger(__name__)
@@ -72,6 +72,15 @@ def runtime_dir() -> Path:
     return known
 
 
+def warm_budget() -> MemoryBudget | None:
+    """The host's memory budget for warm sandboxes, or None when TOOLHUB_SANDBOX_WARM_MEMORY_MB is 0."""
+    if settings.TOOLHUB_SANDBOX_WARM_MEMORY_MB <= 0:
+        return None
+    return MemoryBudget(
+        limit_bytes=settings.TOOLHUB_SANDBOX_WARM_MEMORY_MB << 20, directory=Path(settings.TOOLHUB_SANDBOX_WARM_BUDGET_DIR)
+    )
+
+
 _warm: tuple[int, WarmPool] | None = None
 
 
@@ -93,6 +102,7 @@ def warm_pool() -> WarmPool | None:
             bwrap=settings.TOOLHUB_BWRAP,
             sandbox_user=settings.TOOLHUB_SANDBOX_USER,
             uid_pool=uid_pool(),
+            budget=warm_budget(),
         )
         pool.start_reaper()
         _warm = (os.getpid(), pool)
@@ -114,15 +124,18 @@ def run(
     grant), on a warm sandbox of this process's pool when warm sandboxes are enabled."""
     pool = warm_pool() if warm and not extra_binds else None
     if pool is not None:
-        return pool.run(
-            interpreter_env=env_dir,
-            runtime_dir=runtime_dir(),
-            source_path=source_file(revision),
-            request=request,
-            limits=limits_ or limits(),
-            on_message=on_message,
-            cancel=cancel,
-        )
+        try:
+            return pool.run(
+                interpreter_env=env_dir,
+                runtime_dir=runtime_dir(),
+                source_path=source_file(revision),
+                request=request,
+                limits=limits_ or limits(),
+                on_message=on_message,
+                cancel=cancel,
+            )
+        except WarmBudgetExceeded:
+            logger.info("no room in the warm sandboxes' memory budget: running cold")
     return sandboxlib.run_sandboxed(
         interpreter_env=env_dir,
         runtime_dir=runtime_dir(),
