@@ -1,10 +1,20 @@
 """A worker says at start when it cannot sandbox, instead of at the first invocation."""
 
 import logging
+import time
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
+from tests.conftest import start_worker
+from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes
+from toolhub.runs.models import Invocation, RunStatus
+from toolhub.runs.warming import warm_from_history
+from toolhub.toolkits import sandboxing
+from toolhub.toolkits.building import revision_environment
+from toolhub.toolkits.models import Status
 from toolhub.toolkits.sandboxing import startup_check
 
 
@@ -47,3 +57,62 @@ def test_a_worker_keeps_its_database_connection_from_task_to_task():
         fixup.on_task_prerun(sender=run_invocation)
         fixup.on_task_postrun(sender=run_invocation)
     assert connection.connection is opened
+
+
+WARMED = "class Tools:\n    def go(self) -> str:\n        return 'x'\n"
+
+
+@pytest.fixture
+def recent_toolkit(upload, build, alice):
+    """A built toolkit with three invocations a minute ago, and one an hour and a half ago of
+    another environment's revision (absent: only the recent history counts)."""
+    require_sandbox()
+    toolkit = build(upload(alice, WARMED))
+    revision = toolkit.current_revision
+    assert revision.status == Status.READY, revision.status_detail
+    for _ in range(3):
+        Invocation.objects.create(toolkit=toolkit, revision=revision, tool="go", user=alice, status=RunStatus.SUCCEEDED)
+    Invocation.objects.filter(toolkit=toolkit).update(created_at=timezone.now() - timedelta(minutes=1))
+    return toolkit
+
+
+@pytest.fixture
+def warm_pool_here(settings):
+    settings.TOOLHUB_SANDBOX_WARM = 1
+    yield
+    pool = sandboxing.warm_pool()
+    if pool is not None:
+        pool.close()
+    sandboxing._warm = None
+    assert wait_for_no_sandbox_processes() == []
+
+
+@pytest.mark.sandbox
+@pytest.mark.django_db(transaction=True)
+def test_warming_starts_a_sandbox_for_the_environment_recent_invocations_used(recent_toolkit, warm_pool_here):
+    assert warm_from_history() == 1
+    (sandbox,) = sandboxing.warm_pool().idle()
+    assert sandbox.interpreter_env == revision_environment(recent_toolkit.current_revision)
+    # Already warm: a second start-up check starts nothing more.
+    assert warm_from_history() == 1 and sandboxing.warm_pool().started == 1
+
+
+@pytest.mark.sandbox
+@pytest.mark.django_db(transaction=True)
+def test_warming_leaves_out_old_history(recent_toolkit, warm_pool_here, settings):
+    Invocation.objects.update(created_at=timezone.now() - timedelta(seconds=settings.TOOLHUB_SANDBOX_WARM_HISTORY_SECONDS + 60))
+    assert warm_from_history() == 0 and sandboxing.warm_pool().idle() == []
+
+
+@pytest.mark.sandbox
+@pytest.mark.django_db(transaction=True)
+def test_a_starting_worker_warms_from_the_recent_history(recent_toolkit, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLHUB_SANDBOX_WARM", "1")
+    worker = start_worker(tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while "warmed 1 sandbox(es) from the recent history" not in worker.output():
+            assert time.monotonic() < deadline, worker.output()[-3000:]
+            time.sleep(0.2)
+    finally:
+        worker.kill()

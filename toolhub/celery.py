@@ -1,12 +1,14 @@
 """The Celery application. Workers listen on two queues: `builds` (locks and environments)
 and `sandbox` (introspection and tool invocations)."""
 
+import logging
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_process_init, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolhub.settings")
+logger = logging.getLogger(__name__)
 
 app = Celery("toolhub")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -18,3 +20,24 @@ def _check_sandbox(**kwargs) -> None:
     from toolhub.toolkits.sandboxing import startup_check
 
     startup_check()
+
+
+@worker_init.connect
+def _warm_each_pool_process(**kwargs) -> None:
+    # Connected only now, after Celery's Django fix-up connected its own handler: a new pool
+    # process has then dropped the database connections it inherited before this one reads.
+    worker_process_init.connect(_warm_from_history, weak=False, dispatch_uid="toolhub-warm-from-history")
+
+
+def _warm_from_history(**kwargs) -> None:
+    """In each new pool process, on the thread that will run its tasks (a warm sandbox dies
+    with the thread that started it)."""
+    from toolhub.runs.warming import warm_from_history
+
+    try:
+        warmed = warm_from_history()
+    except Exception:  # noqa: BLE001 - a worker that cannot warm still works, cold at first
+        logger.exception("could not warm sandboxes from the recent history")
+        return
+    if warmed:
+        logger.info("warmed %d sandbox(es) from the recent history", warmed)

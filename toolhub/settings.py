@@ -239,6 +239,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # unless this is set; a new PostgreSQL connection costs a few milliseconds, more than the rest
 # of a warm tool call's own queries. The worker keeps its connection for this many tasks (a
 # dropped one is replaced by toolhub.dbretry).
+# A new pool process warms sandboxes before it takes tasks (toolhub.celery): room for that
+# before Celery gives up on it (4 s by default).
+CELERY_WORKER_PROC_ALIVE_TIMEOUT = 60.0
 CELERY_DB_REUSE_MAX = env.int("TOOLHUB_WORKER_DB_REUSE_TASKS", default=1000)
 # Per task, by name. The reaper has a queue of its own, so it never waits behind the work
 # it must reap.
@@ -298,6 +301,10 @@ TOOLHUB_SANDBOX_WARM = env.int("TOOLHUB_SANDBOX_WARM", default=1)
 TOOLHUB_SANDBOX_WARM_IDLE_SECONDS = env.float("TOOLHUB_SANDBOX_WARM_IDLE_SECONDS", default=300.0)
 TOOLHUB_SANDBOX_WARM_MAX_CALLS = env.int("TOOLHUB_SANDBOX_WARM_MAX_CALLS", default=100)
 TOOLHUB_SANDBOX_WARM_MAX_AGE = env.float("TOOLHUB_SANDBOX_WARM_MAX_AGE", default=600.0)
+# At start each worker process warms a sandbox for each of the this many environments the
+# invocations of the last TOOLHUB_SANDBOX_WARM_HISTORY_SECONDS used most (toolhub/runs/warming.py).
+TOOLHUB_SANDBOX_WARM_START = env.int("TOOLHUB_SANDBOX_WARM_START", default=4)
+TOOLHUB_SANDBOX_WARM_HISTORY_SECONDS = env.float("TOOLHUB_SANDBOX_WARM_HISTORY_SECONDS", default=3600.0)
 # The memory all warm sandboxes of this host may use together, counted by the PSS each one
 # measured when it was ready (0: no budget); the shares are files locked by their holders in
 # TOOLHUB_SANDBOX_WARM_BUDGET_DIR (root's, 0700). A call that finds no room runs cold.

@@ -459,6 +459,12 @@ def environment_key(*, lock: str, interpreter: str) -> str:
     return digest.hexdigest()
 
 
+def existing_environment(*, lock: str, root: Path, interpreter: str) -> Path | None:
+    """The finished environment of this lock under root, or None; never builds one."""
+    key = environment_key(lock=lock, interpreter=interpreter)
+    return root / key if _is_complete(root / key, key) else None
+
+
 def environment_python(path: Path) -> Path:
     return path / "bin" / "python"
 

@@ -118,6 +118,13 @@ def lock_prefix() -> str:
     return f"{envlib.LOCK_PYTHON_PREFIX}{envlib.interpreter_release(settings.TOOLHUB_INTERPRETER)}\n"
 
 
+def environment_existing(*, lock: str) -> Path | None:
+    """The environment of a lock if this host has built it already (nothing is built here)."""
+    if not lock:
+        return None
+    return envlib.existing_environment(lock=lock, root=environments_root(), interpreter=settings.TOOLHUB_INTERPRETER)
+
+
 def environment_ensure(*, lock: str, log: Log | None = None, total_seconds: float | None = None) -> Path:
     """Build (or reuse) the environment of a lock on this host. Any worker host calls this
     before running code in it, so hosts need no shared disk."""
