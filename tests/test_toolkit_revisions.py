@@ -259,6 +259,45 @@ def test_the_diff_answers_404_for_unknown_or_missing_revisions(client, carol, tw
     assert client.get(_url("toolkit_diff"), {"a": "x", "b": 1}).status_code == 404
 
 
+def test_a_diff_of_two_hostile_sources_is_one_hunk_in_bounded_time(client, carol, alice, toolkit):
+    """Half of 20,000 lines changed, every other one: difflib alone takes minutes to match
+    them (quadratic), the page a fraction of a second."""
+    import time
+
+    from toolhub.toolkits import services
+    from toolhub.toolkits.selectors import revision_diff
+
+    lines = [f"x{i} = {i}" for i in range(20_000)]
+    a = services.revision_upload(toolkit=toolkit, source=V1 + "\n".join(lines) + "\n", user=alice).revision
+    changed = [line if i % 2 else f"y{i} = {i}" for i, line in enumerate(lines)]
+    b = services.revision_upload(toolkit=toolkit, source=V1 + "\n".join(changed) + "\n", user=alice).revision
+    started = time.monotonic()
+    revision_diff(a=a, b=b)
+    assert time.monotonic() - started < 2
+    client.force_login(carol)
+    body = client.get(_url("toolkit_diff"), {"a": a.number, "b": b.number}).content.decode()
+    assert body.count('class="d-hunk"') == 1
+    assert body.count('class="d-del"') == 19_999 and body.count('class="d-add"') == 19_999
+    assert '<span class="d-del">-x0 = 0</span>' in body and '<span class="d-add">+y0 = 0</span>' in body
+
+
+@pytest.mark.parametrize("head", [0, 1, 3, 5])
+@pytest.mark.parametrize("tail", [0, 2, 4])
+@pytest.mark.parametrize("removed, added", [(0, 2), (3, 0), (1, 1), (4, 2)])
+def test_the_one_hunk_diff_reads_as_difflib_s(head, tail, removed, added):
+    """Where the changed lines have nothing in common, difflib's answer is one hunk too: the
+    same, line for line."""
+    import difflib
+
+    from toolhub.toolkits.selectors import _one_hunk
+
+    same, end = [f"s{i}" for i in range(head)], [f"e{i}" for i in range(tail)]
+    old = same + [f"o{i}" for i in range(removed)] + end
+    new = same + [f"n{i}" for i in range(added)] + end
+    expected = list(difflib.unified_diff(old, new, "a", "b", lineterm="", n=3))
+    assert list(_one_hunk(old, new, head, tail, "a", "b")) == expected
+
+
 def test_the_diff_redirects_anonymous_users_to_login(client, two):
     assert client.get(_url("toolkit_diff"), {"a": 1, "b": 2}).status_code == 302
 
