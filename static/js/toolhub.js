@@ -1,3 +1,6 @@
+// Styles for pages with JavaScript (the phone's folding top bar) key on this class.
+document.documentElement.classList.add("js");
+
 // Confirmation before destructive actions: any form with data-confirm asks first.
 document.addEventListener("submit", function (event) {
   var message = event.target.getAttribute("data-confirm");
@@ -85,3 +88,21 @@ function linkConfirmations(root) {
   });
 }
 document.addEventListener("DOMContentLoaded", function () { linkConfirmations(document); });
+
+// The phone's Menu button folds the top bar open and shut; Esc shuts it again.
+document.addEventListener("click", function (event) {
+  var toggle = event.target.closest && event.target.closest(".menu-toggle");
+  if (toggle) {
+    var open = toggle.closest(".topbar").classList.toggle("menu-open");
+    toggle.setAttribute("aria-expanded", open ? "true" : "false");
+  }
+});
+document.addEventListener("keydown", function (event) {
+  var bar = document.querySelector(".topbar.menu-open");
+  if (event.key === "Escape" && bar) {
+    bar.classList.remove("menu-open");
+    var toggle = bar.querySelector(".menu-toggle");
+    toggle.setAttribute("aria-expanded", "false");
+    toggle.focus();
+  }
+});
