@@ -43,7 +43,7 @@ def test_it_reads_the_latest_release_its_date_and_its_metadata(local_index):
     assert (info.version, info.released) == ("4.9.0", "2023-11-02T09:29:00.000000Z")
     assert (info.summary, info.license, info.wheel) == ("Python humanize utilities", "MIT", True)
     # colorama applies; tzdata only below Python 3.9, pytest only with the `tests` extra.
-    assert info.dependencies == 1
+    assert (info.dependencies, info.requires) == (1, ("colorama",))
     assert info.index == local_index.url
 
 
@@ -165,7 +165,7 @@ def test_the_queue_shows_what_the_index_says(client, admin, waiting):
     client.force_login(admin)
     html = client.get(QUEUE).content.decode()
     humanize = html.split('data-package="humanize"')[1].split("</tr>")[0]
-    for text in ("4.9.0", "2023-11-02", "Python humanize utilities", "Licence: MIT", "wheel for Python 3.11", "1 dependency"):
+    for text in ("4.9.0", "2023-11-02", "Python humanize utilities", "Licence: MIT", "wheel for Python 3.11", "1 dependency: <code>colorama</code>"):
         assert text in humanize
     foo = html.split('data-package="foo-bar"')[1].split("</tr>")[0]
     assert "no wheel for Python 3.11: it builds only if an admin allows building it from source" in foo

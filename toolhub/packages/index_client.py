@@ -45,6 +45,7 @@ MAX_METADATA_BYTES = 1024 * 1024
 MAX_SUMMARY_CHARS = 300
 MAX_LICENSE_CHARS = 100
 MAX_VERSION_CHARS = 64
+MAX_REQUIRES_SHOWN = 20
 
 # States of a lookup.
 FOUND = "found"
@@ -71,6 +72,8 @@ class IndexInfo:
     # Requirements the latest version declares for the target Python (extras left out);
     # None when the index serves no metadata file for it.
     dependencies: int | None = None
+    # Their names (the first MAX_REQUIRES_SHOWN, sorted).
+    requires: tuple[str, ...] = ()
     error: str = ""
     error_detail: str = ""
 
@@ -208,15 +211,16 @@ def _describe(
     wheels = [entry for entry, tags in files if tags is not None and tags & target]
     times = sorted(t for entry, _ in files if isinstance(t := entry.get("upload-time"), str) and _is_time(t))
     summary = license_ = ""
-    dependencies = None
+    requires: list[str] | None = None
     metadata = _metadata(wheels + [entry for entry, _ in files], page_url, index, context, deadline)
     if metadata is not None:
         summary = _one_line(metadata.get("Summary", ""))[:MAX_SUMMARY_CHARS]
         license_ = _license(metadata)
-        dependencies = _count_requirements(metadata.get_all("Requires-Dist") or [], python)
+        requires = _requirements(metadata.get_all("Requires-Dist") or [], python)
     return IndexInfo(
         state=FOUND, index=shown, version=str(version)[:MAX_VERSION_CHARS], released=times[0] if times else "",
-        summary=summary, license=license_, wheel=bool(wheels), dependencies=dependencies,
+        summary=summary, license=license_, wheel=bool(wheels),
+        dependencies=None if requires is None else len(requires), requires=tuple((requires or [])[:MAX_REQUIRES_SHOWN]),
     )
 
 
@@ -277,7 +281,8 @@ def _license(metadata) -> str:
     return _one_line(first[0])[:MAX_LICENSE_CHARS] if first else ""
 
 
-def _count_requirements(lines: list, python: tuple[int, int]) -> int:
+def _requirements(lines: list, python: tuple[int, int]) -> list[str]:
+    """The names a release requires on the target Python, sorted (extras left out)."""
     environment = {"extra": "", "python_version": f"{python[0]}.{python[1]}", "python_full_version": f"{python[0]}.{python[1]}.0"}
     names = set()
     for line in lines:
@@ -287,4 +292,4 @@ def _count_requirements(lines: list, python: tuple[int, int]) -> int:
                 names.add(canonicalize_name(requirement.name))
         except (InvalidRequirement, ValueError, KeyError):
             continue
-    return len(names)
+    return sorted(names)
