@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from types import SimpleNamespace
 
 import pytest
 from django.utils import translation
@@ -18,6 +19,7 @@ from toolhub.packages.build_runner import Outcome, explain_failure
 from toolhub.packages.models import Package
 from toolhub.runs.services import not_ready_reason
 from toolhub.toolkits import lifecycle
+from toolhub.toolkits.sandboxing import outcome_reason
 from toolhub.toolkits.schema_forms import parse_submission, validate
 from toolhub.toolkits.source_checks import ToolkitSourceInvalid, parse_toolkit_source
 from toolhub.toolkits.status_text import FORMS, translate_detail
@@ -116,6 +118,11 @@ def test_every_form_of_a_stored_detail_has_a_translation_that_keeps_its_placehol
 
 def test_details_the_lifecycle_and_the_build_write_are_known_forms():
     assert lifecycle.QUEUE_FAILED in FORMS
+    # outcome_reason reads only these fields of a SandboxOutcome.
+    for status in ("timed_out", "limit_exceeded", "crashed"):
+        reason = outcome_reason(SimpleNamespace(status=status, limit="memory", exit_code=-9))
+        with translation.override("pl"):
+            assert translate_detail(reason) != reason, reason
     conflict = Outcome(1, deque(["ERROR: No matching distribution found for humanize>=99"]))
     failed = Outcome(2, deque(["Preparing metadata", "ERROR: something broke"]))
     with translation.override("fr"):
@@ -124,6 +131,12 @@ def test_details_the_lifecycle_and_the_build_write_are_known_forms():
         )
         assert translate_detail(explain_failure("uv pip install", failed, index_url=None)) == (
             "uv pip install a échoué : something broke"
+        )
+        assert translate_detail("Loading the toolkit failed: the sandbox ran out of time") == (
+            "Le chargement de la boîte à outils a échoué : le bac à sable a dépassé son temps"
+        )
+        assert translate_detail("Loading the toolkit failed: NameError: name 'x' is not defined") == (
+            "Le chargement de la boîte à outils a échoué : NameError: name 'x' is not defined"
         )
         assert translate_detail("The build was interrupted (its worker stopped); press Retry to build again.") == (
             "La construction a été interrompue (son worker s’est arrêté) ; appuyez sur Réessayer pour reconstruire."

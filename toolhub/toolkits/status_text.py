@@ -3,9 +3,10 @@
 The lifecycle and the worker store the detail in English, the text the API returns. Pages show
 it translated: every form a detail takes is listed here with its placeholders, and a detail of
 one of these forms is shown as its translation, with what fills the placeholders (package
-names, an admin's reason, a tool's own error) as written. A detail of no known form is shown
-as stored. A list of rejected packages (`package a was rejected: …; package b was rejected`)
-is translated part by part.
+names, an admin's reason, a tool's own error) as written, unless that is a detail of a known
+form itself (the sandbox's reason in "Loading the toolkit failed: …"). A detail of no known
+form is shown as stored. A list of rejected packages (`package a was rejected: …; package b
+was rejected`) is translated part by part.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ FORMS = [
     gettext_noop("internal error during build (%(error)s); see the worker log"),
     gettext_noop("Loading the toolkit failed: %(error)s"),
     gettext_noop("The toolkit's introspection was refused: %(error)s."),
+    gettext_noop("Internal error while inspecting the toolkit (%(error)s); see the worker log."),
+    # What fills "Loading the toolkit failed: …" when the sandbox, not the toolkit, says why
+    # (toolkits/sandboxing.py `outcome_reason`).
+    gettext_noop("the toolkit could not be loaded"),
+    gettext_noop("the sandbox ran out of time"),
+    gettext_noop("a sandbox limit was hit (%(limit)s)"),
+    gettext_noop("the sandbox process ended unexpectedly (exit code %(code)s)"),
     gettext_noop("index unreachable: %(where)s"),
     gettext_noop("hash mismatch for %(name)s: the index serves other files than the lock names"),
     gettext_noop("No matching distribution for %(name)s (constrained to %(limits)s)"),
@@ -60,7 +68,9 @@ def _one(text: str) -> str | None:
     for form, pattern in _patterns():
         match = pattern.fullmatch(text)
         if match:
-            return gettext(form) % match.groupdict()
+            # A placeholder may hold a detail of a known form itself (the sandbox's reason).
+            parts = {name: _one(value) or value for name, value in match.groupdict().items()}
+            return gettext(form) % parts
     return None
 
 
