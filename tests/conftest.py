@@ -142,15 +142,26 @@ class WorkerProcess:
         return self.log.read_text(errors="replace")
 
 
-def start_worker(tmp_path: Path, *, concurrency: int = 1) -> WorkerProcess:
-    """A real Celery worker process on the configured broker, using the test database."""
+QUEUES = ("builds", "sandbox", "maintenance", "celery")
+
+
+def purge_queues() -> None:
+    """Drop every message waiting on the worker's queues (`app.control.purge()` only empties
+    the queues this process consumes from, i.e. none of them)."""
     from toolhub.celery import app
 
-    app.control.purge()
+    with app.connection_for_write() as connection:
+        for queue in QUEUES:
+            connection.default_channel.queue_purge(queue)
+
+
+def start_worker(tmp_path: Path, *, concurrency: int = 1) -> WorkerProcess:
+    """A real Celery worker process on the configured broker, using the test database."""
+    purge_queues()
     env = dict(os.environ, DATABASE_URL=_database_url())
     log = tmp_path / "worker.log"
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", "builds,sandbox,maintenance,celery",
+        [sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", ",".join(QUEUES),
          "-c", str(concurrency), "-l", "info", "--without-heartbeat", "--without-gossip", "--without-mingle"],
         cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
     )

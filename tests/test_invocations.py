@@ -18,6 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connections
 from django.utils import timezone
 
@@ -501,6 +502,26 @@ def test_a_worker_killed_mid_run_leaves_a_failed_invocation_and_no_process(ready
     assert invocation.status == RunStatus.FAILED
     assert invocation.error == "The worker running this invocation stopped before it finished."
     assert invocation.finished_at is not None and invocation.pending_call is None
+
+
+@pytest.mark.worker
+def test_a_queued_invocation_whose_message_is_gone_is_sent_again_and_runs(ready, alice, tmp_path):
+    toolkit = ready(alice, example("string_reverse"))
+    invocation = invocation_create(toolkit=toolkit, tool="reverse_string", arguments={"string": "abc"}, user=alice)
+    # Starting the worker purges the queues: the invocation's message is gone, as it is when
+    # Redis restarts without persistence.
+    worker = start_worker(tmp_path)
+    try:
+        time.sleep(1)
+        assert status_of(invocation) == RunStatus.QUEUED
+        long_ago = timezone.now() - timedelta(seconds=django_settings.TOOLHUB_RESEND_AFTER_SECONDS + 1)
+        Invocation.objects.filter(pk=invocation.pk).update(sent_at=long_ago)
+        assert reap_stale_work.run()["resent"] == {"invocations": 1}
+        wait_until(lambda: status_of(invocation) not in (RunStatus.QUEUED, RunStatus.RUNNING), what="the re-sent task to run")
+    finally:
+        worker.kill()
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.result, invocation.sends) == (RunStatus.SUCCEEDED, "Wrong API key", 2), worker.output()[-3000:]
 
 
 LEAKY = '''

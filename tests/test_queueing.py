@@ -1,18 +1,24 @@
-"""Queueing that cannot strand work (issue 18, finding 3): a broker that is down when an
+"""Queueing that cannot strand work (issue 18, findings 3 and 5): a broker that is down when an
 upload (or an approval, or a retry) commits answers 503, and the revision is failed with the
 reason, so Retry works at once instead of "Queued for build" for 17 minutes and "There is
-nothing to retry."."""
+nothing to retry."; queued work whose message is gone is sent again by the reaper before it is
+ever failed (with a real worker: tests/test_invocations.py and tests/test_faults.py)."""
 
 from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 import pytest
+from django.conf import settings
+from django.utils import timezone
 
 from tests.conftest import toolkit_source
 from tests.test_api_invocations import broker_unreachable
 from toolhub.accounts.models import ApiToken
+from toolhub.runs.models import Invocation, RunStatus
+from toolhub.runs.tasks import reap_stale_work
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits.models import Revision, Status, Toolkit
 
@@ -54,3 +60,39 @@ def test_the_page_answers_503_too_and_its_retry_button_works(client, alice):
     response = client.post(f"/toolkits/{toolkit.slug}/environment/retry/", follow=True)
     assert response.status_code == 200
     assert toolkit.latest_revision().status == Status.BUILDING
+
+
+# QUEUED WORK WHOSE MESSAGE IS GONE (finding 5)
+# ------------------------------------------------------------------------------------------
+
+
+def _age_last_send(**filters) -> None:
+    """As if the last send was longer ago than the grace period (one UPDATE, no sleeping)."""
+    long_ago = timezone.now() - timedelta(seconds=settings.TOOLHUB_RESEND_AFTER_SECONDS + 1)
+    Invocation.objects.filter(**filters).update(sent_at=long_ago)
+
+
+def test_a_queued_invocation_is_sent_again_before_it_is_ever_failed(alice, upload):
+    toolkit = upload(alice, toolkit_source("Never Taken"))
+    invocation = Invocation.objects.create(toolkit=toolkit, revision=toolkit.latest_revision(), tool="echo", user=alice)
+    fresh = Invocation.objects.create(toolkit=toolkit, revision=toolkit.latest_revision(), tool="echo", user=alice)
+
+    # Each pass of the reaper after the grace period sends the task again, and fails nothing...
+    for sends in range(2, settings.TOOLHUB_RESEND_MAX + 2):
+        _age_last_send(pk=invocation.pk)
+        assert reap_stale_work.run() == {"invocations": 0, "builds": 0, "resent": {"invocations": 1}}
+        invocation.refresh_from_db()
+        assert (invocation.status, invocation.sends) == (RunStatus.QUEUED, sends)
+        assert timezone.now() - invocation.sent_at < timedelta(seconds=5)
+    # ...until it was sent 1 + TOOLHUB_RESEND_MAX times and still no worker took it.
+    _age_last_send(pk=invocation.pk)
+    assert reap_stale_work.run()["invocations"] == 1
+    invocation.refresh_from_db()
+    assert invocation.status == RunStatus.FAILED and invocation.finished_at is not None
+    assert invocation.error == (
+        f"No worker took this invocation although its task was sent {settings.TOOLHUB_RESEND_MAX + 1} times"
+        " (is a worker serving the sandbox queue?)."
+    )
+    # One sent a moment ago is left alone.
+    fresh.refresh_from_db()
+    assert (fresh.status, fresh.sends) == (RunStatus.QUEUED, 1)

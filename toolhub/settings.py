@@ -253,9 +253,11 @@ CELERY_TASK_ROUTES = {
     "toolhub.agents.tasks.run_agent": {"queue": "sandbox"},
     "toolhub.agents.tasks.reap_stale_agent_runs": {"queue": "maintenance"},
 }
+# How often celery beat runs the reapers.
+_REAP_EVERY = env.float("TOOLHUB_REAP_EVERY_SECONDS", default=30.0)
 CELERY_BEAT_SCHEDULE = {
-    "reap-stale-work": {"task": "toolhub.runs.tasks.reap_stale_work", "schedule": 30.0},
-    "reap-stale-agent-runs": {"task": "toolhub.agents.tasks.reap_stale_agent_runs", "schedule": 30.0},
+    "reap-stale-work": {"task": "toolhub.runs.tasks.reap_stale_work", "schedule": _REAP_EVERY},
+    "reap-stale-agent-runs": {"task": "toolhub.agents.tasks.reap_stale_agent_runs", "schedule": _REAP_EVERY},
 }
 
 # PACKAGES AND ENVIRONMENTS
@@ -335,8 +337,13 @@ TOOLHUB_CORS_ORIGINS = env.list("TOOLHUB_CORS_ORIGINS", default=[])
 # user (a client credential may set its own); 0 switches a limit off.
 TOOLHUB_CLIENT_CALLS_PER_MINUTE = env.int("TOOLHUB_CLIENT_CALLS_PER_MINUTE", default=600)
 TOOLHUB_USER_CALLS_PER_MINUTE = env.int("TOOLHUB_USER_CALLS_PER_MINUTE", default=60)
-# An invocation still queued or running this long after it was accepted is failed by
-# the reaper (the worker that had it died).
+# Queued work (an invocation, a step of a build) that no worker took this long after its task
+# was sent is sent again by the reaper: the message may have been lost with a broker that
+# restarted without persistence (a second delivery of a task is ignored). After
+# TOOLHUB_RESEND_MAX such re-sends it is failed, with the reason.
+TOOLHUB_RESEND_AFTER_SECONDS = env.float("TOOLHUB_RESEND_AFTER_SECONDS", default=60.0)
+TOOLHUB_RESEND_MAX = env.int("TOOLHUB_RESEND_MAX", default=3)
+# An agent run still queued this long after it was accepted is failed by its reaper.
 TOOLHUB_STALE_AFTER_SECONDS = env.float("TOOLHUB_STALE_AFTER_SECONDS", default=300.0)
 
 # AGENT RUNS

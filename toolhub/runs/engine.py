@@ -17,6 +17,7 @@ from django.db import DatabaseError, connection
 from django.db.models import Count, F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerError
 
 from toolhub import dbretry
 from toolhub.packages import envbuild as envlib
@@ -38,6 +39,8 @@ HEARTBEAT_SECONDS = 2.0
 CANCEL_CHECK_SECONDS = 0.5
 # A running invocation whose worker has not beaten for this long is dead.
 DEAD_AFTER_SECONDS = 20.0
+# At most this many queued invocations are sent again per pass of the reaper.
+RESEND_BATCH = 1000
 # Host time (event writes, heartbeats) credited to a run beyond its answer budget.
 HOST_SLACK_SECONDS = 10.0
 WORKER_STOPPED = "The worker running this invocation stopped before it finished."
@@ -480,13 +483,44 @@ def _finish(invocation: Invocation, status: str, **fields) -> None:
 
 def reap_stale_invocations() -> int:
     """End invocations whose worker died (running without a recent heartbeat) and those no
-    worker picked up in time; returns how many."""
+    worker took although their task was sent 1 + TOOLHUB_RESEND_MAX times; returns how many."""
     now = timezone.now()
     n_dead = _abandoned(Invocation.objects.all(), now).update(
         status=RunStatus.FAILED, finished_at=now, pending_call=None, error=WORKER_STOPPED
     )
-    stale_after = timedelta(seconds=settings.TOOLHUB_STALE_AFTER_SECONDS)
-    n_unclaimed = Invocation.objects.filter(status=RunStatus.QUEUED, created_at__lt=now - stale_after).update(
-        status=RunStatus.FAILED, finished_at=now, error="No worker picked this invocation up in time."
+    resend_after = timedelta(seconds=settings.TOOLHUB_RESEND_AFTER_SECONDS)
+    unclaimed = Invocation.objects.filter(
+        status=RunStatus.QUEUED, sends__gt=settings.TOOLHUB_RESEND_MAX, sent_at__lt=now - resend_after
     )
+    n_unclaimed = 0
+    if unclaimed.exists():
+        # The true reason: workers that were busy all along, or none serving the queue.
+        busy = Invocation.objects.filter(started_at__gte=now - resend_after).exists()
+        why = "the workers were busy with other invocations" if busy else "is a worker serving the sandbox queue?"
+        n_unclaimed = unclaimed.update(
+            status=RunStatus.FAILED, finished_at=now,
+            error=f"No worker took this invocation although its task was sent {settings.TOOLHUB_RESEND_MAX + 1} times ({why}).",
+        )
     return n_dead + n_unclaimed
+
+
+def resend_queued_invocations(send: Callable[[str], None]) -> int:
+    """Send the task of every invocation still queued TOOLHUB_RESEND_AFTER_SECONDS after its
+    last send again: its message may be gone with a broker that restarted without persistence.
+    A message that was not lost is then one too many, which is harmless: a message wakes a
+    worker for the fairest queued invocation (run_next), and one that finds none is done; a
+    second delivery for a running invocation leaves it alone. Returns how many were sent."""
+    now = timezone.now()
+    queued = Invocation.objects.filter(
+        status=RunStatus.QUEUED, sends__lte=settings.TOOLHUB_RESEND_MAX,
+        sent_at__lt=now - timedelta(seconds=settings.TOOLHUB_RESEND_AFTER_SECONDS),
+    )
+    ids = [str(pk) for pk in queued.order_by("created_at").values_list("pk", flat=True)[:RESEND_BATCH]]
+    Invocation.objects.filter(pk__in=ids, status=RunStatus.QUEUED).update(sent_at=now, sends=F("sends") + 1)
+    for n, invocation_id in enumerate(ids):
+        try:
+            send(invocation_id)
+        except (BrokerError, OSError) as exc:
+            logger.error("could not send invocation %s again (%s); the next pass tries again", invocation_id, exc)
+            return n
+    return len(ids)

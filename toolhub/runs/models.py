@@ -65,6 +65,10 @@ class Invocation(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When its task was last sent to the broker, and how many times: the reaper sends it again
+    # when no worker took it (the message may have been lost with the broker).
+    sent_at = models.DateTimeField(default=timezone.now)
+    sends = models.PositiveSmallIntegerField(default=1)
 
     class Meta:
         ordering = ["-created_at"]

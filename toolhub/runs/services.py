@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 from kombu.exceptions import OperationalError
 
-from toolhub import dbretry
+from toolhub import broker, dbretry
 from toolhub.accounts.models import ClientCredential
 from toolhub.runs import notify
 from toolhub.runs.models import FINISHED, Invocation, RunStatus, Surface
@@ -129,7 +129,7 @@ def invocation_create(
         messages=messages or [], files=files or [], client=client, surface=surface,
     )
     try:
-        _enqueue(str(invocation.id))
+        broker.send(run_invocation.name, str(invocation.id))
     except (OperationalError, OSError) as exc:
         # Nothing may stay queued forever: a call no broker accepted ends here.
         Invocation.objects.filter(pk=invocation.pk).update(
@@ -138,20 +138,6 @@ def invocation_create(
         )
         raise InvocationRejected(503, [("No worker is available to run tools right now; try again later.", None)]) from exc
     return invocation
-
-
-def _enqueue(invocation_id: str) -> None:
-    """Publish the task, failing fast when the broker cannot be reached.
-
-    Left to itself, kombu retries a new broker connection for about six seconds before it
-    gives up, and the caller of the API waits all that time for its 503. One quick retry is
-    enough to ride out a broker that just restarted."""
-    # kombu's pool hands out Connections (its stubs say Producer).
-    with run_invocation.app.pool.acquire(block=True) as connection:
-        connection.ensure_connection(  # type: ignore[attr-defined]
-            max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2
-        )
-        run_invocation.apply_async((invocation_id,), retry=False, connection=connection)  # type: ignore[call-arg]
 
 
 def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocation:

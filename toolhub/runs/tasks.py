@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from toolhub import broker
 from toolhub.runs import engine
 from toolhub.toolkits import lifecycle
 
@@ -18,6 +19,11 @@ def run_invocation(invocation_id: str) -> None:
 
 @shared_task
 def reap_stale_work() -> dict:
-    """Ends work whose worker died: running invocations without a recent heartbeat,
-    invocations no worker picked up, and builds that stopped making progress."""
-    return {"invocations": engine.reap_stale_invocations(), "builds": lifecycle.reap_stale_builds()}
+    """Ends work whose worker died: running invocations without a recent heartbeat, and
+    builds likewise; sends the tasks of queued work that no worker took again (their message
+    may have been lost), and fails such work once it was sent TOOLHUB_RESEND_MAX times more."""
+    return {
+        "invocations": engine.reap_stale_invocations(),
+        "builds": lifecycle.reap_stale_builds(),
+        "resent": {"invocations": engine.resend_queued_invocations(lambda pk: broker.send(run_invocation.name, pk))},
+    }

@@ -31,13 +31,13 @@ import logging
 from collections.abc import Iterable
 from datetime import timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
+from toolhub import broker
 from toolhub.packages import index_checks
 from toolhub.packages import services as packages
 from toolhub.packages.models import Approval, Package, PackageRequest
@@ -68,13 +68,7 @@ def enqueue(task_name: str, revision_id: int) -> None:
 
     def send() -> None:
         try:
-            # Fail fast, as invocations do: one quick retry rides out a broker that just
-            # restarted; kombu's own retries would keep the request waiting for seconds.
-            with current_app.pool.acquire(block=True) as connection:
-                connection.ensure_connection(  # type: ignore[attr-defined]
-                    max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2
-                )
-                current_app.send_task(task_name, args=[revision_id], retry=False, connection=connection)  # type: ignore[arg-type]
+            broker.send(task_name, revision_id)
         except (BrokerError, OSError) as exc:
             logger.error("could not queue %s for revision %s: %s", task_name, revision_id, exc)
             Revision.objects.filter(pk=revision_id, status=Status.BUILDING).update(
