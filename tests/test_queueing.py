@@ -21,6 +21,7 @@ from toolhub.runs.models import Invocation, RunStatus
 from toolhub.runs.tasks import reap_stale_work
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits.models import Revision, Status, Toolkit
+from toolhub.toolkits.tasks import build_revision
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,7 +81,7 @@ def test_a_queued_invocation_is_sent_again_before_it_is_ever_failed(alice, uploa
     # Each pass of the reaper after the grace period sends the task again, and fails nothing...
     for sends in range(2, settings.TOOLHUB_RESEND_MAX + 2):
         _age_last_send(pk=invocation.pk)
-        assert reap_stale_work.run() == {"invocations": 0, "builds": 0, "resent": {"invocations": 1}}
+        assert reap_stale_work.run() == {"invocations": 0, "builds": 0, "resent": {"invocations": 1, "builds": 0}}
         invocation.refresh_from_db()
         assert (invocation.status, invocation.sends) == (RunStatus.QUEUED, sends)
         assert timezone.now() - invocation.sent_at < timedelta(seconds=5)
@@ -96,3 +97,54 @@ def test_a_queued_invocation_is_sent_again_before_it_is_ever_failed(alice, uploa
     # One sent a moment ago is left alone.
     fresh.refresh_from_db()
     assert (fresh.status, fresh.sends) == (RunStatus.QUEUED, 1)
+
+
+def test_a_queued_build_is_sent_again_then_failed_with_the_reason_and_retry_works_at_once(alice, upload):
+    revision = upload(alice, toolkit_source("Never Built")).latest_revision()
+    assert (revision.status, revision.task_name, revision.task_sends) == (Status.BUILDING, lifecycle.BUILD_TASK, 1)
+    long_ago = timezone.now() - timedelta(seconds=settings.TOOLHUB_RESEND_AFTER_SECONDS + 1)
+    for sends in range(2, settings.TOOLHUB_RESEND_MAX + 2):
+        Revision.objects.filter(pk=revision.pk).update(task_sent_at=long_ago)
+        assert reap_stale_work.run() == {"invocations": 0, "builds": 0, "resent": {"invocations": 0, "builds": 1}}
+        revision.refresh_from_db()
+        assert (revision.status, revision.task_sends) == (Status.BUILDING, sends)
+    Revision.objects.filter(pk=revision.pk).update(task_sent_at=long_ago)
+    assert reap_stale_work.run()["builds"] == 1
+    revision.refresh_from_db()
+    assert revision.status == Status.FAILED
+    assert revision.status_detail == (
+        f"No worker took the build although its task was sent {settings.TOOLHUB_RESEND_MAX + 1} times"
+        " (is a worker serving the builds queue?); press Retry to build again."
+    )
+    assert lifecycle.retry(revision_id=revision.pk) is not None
+    revision.refresh_from_db()
+    assert (revision.status, revision.task_sends, revision.heartbeat_at) == (Status.BUILDING, 1, None)
+
+
+def test_a_second_delivery_of_a_build_is_ignored_while_the_first_runs(alice, upload):
+    revision = upload(alice, toolkit_source("Built Once")).latest_revision()
+    assert lifecycle.build_claim(revision_id=revision.pk)  # the first delivery runs it
+    assert not lifecycle.build_claim(revision_id=revision.pk)
+    build_revision.run(revision.pk)  # the second delivery
+    revision.refresh_from_db()
+    assert (revision.status, revision.status_detail, revision.build_log) == (Status.BUILDING, "Locking the requirements", "")
+
+
+def test_a_build_whose_worker_stopped_beating_is_failed_and_a_beating_one_is_left_alone(alice, upload, monkeypatch):
+    monkeypatch.setattr(lifecycle, "STEP_HEARTBEAT_SECONDS", 0.1)
+    dead = upload(alice, toolkit_source("Dead Build")).latest_revision()
+    alive = upload(alice, toolkit_source("Live Build")).latest_revision()
+    assert lifecycle.build_claim(revision_id=dead.pk) and lifecycle.build_claim(revision_id=alive.pk)
+    silent = timezone.now() - timedelta(seconds=lifecycle.STEP_DEAD_AFTER_SECONDS + 1)
+    Revision.objects.filter(pk__in=[dead.pk, alive.pk]).update(heartbeat_at=silent)
+    with lifecycle.step_heartbeat(alive.pk):
+        deadline = time.monotonic() + 10
+        while Revision.objects.get(pk=alive.pk).heartbeat_at == silent and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert reap_stale_work.run()["builds"] == 1
+    dead.refresh_from_db()
+    assert (dead.status, dead.status_detail) == (Status.FAILED, lifecycle.INTERRUPTED)
+    assert Revision.objects.get(pk=alive.pk).status == Status.BUILDING
+    # Retry works at once.
+    assert lifecycle.retry(revision_id=dead.pk) is not None
+    assert Revision.objects.get(pk=dead.pk).status == Status.BUILDING

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection
 from django.db.models import Count, F, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
 from toolhub import dbretry
+from toolhub.heartbeat import Beat
 from toolhub.packages import envbuild as envlib
 from toolhub.runs import notify
 from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus, Surface
@@ -213,7 +213,7 @@ class Recorder:
         return {"kind": "call_result", "call_id": call_id, "value": answer.get("value")}
 
 
-class Heartbeat:
+class Heartbeat(Beat):
     """Beats for one invocation from a thread for as long as the worker works on it.
 
     A tool may run silently for its whole wall-clock limit (or the environment may take a
@@ -224,47 +224,27 @@ class Heartbeat:
         self._invocation_id = invocation_id
         # Writes the run's buffered events once they are due (Recorder.flush_if_due).
         self._flush = flush
-        self._stopped = threading.Event()
+        self._last_beat = time.monotonic()
         # Set once the invocation was ended by someone else (cancelled, or reaped): the
         # sandbox watches it and is killed.
         self.cancelled = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{invocation_id}", daemon=True)
+        super().__init__(self._check, every=CANCEL_CHECK_SECONDS, name=f"heartbeat-{invocation_id}")
 
-    def __enter__(self) -> Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._stopped.set()
-        # Bounded: a beat stuck behind a database lock must not hold up the end of the run.
-        self._thread.join(HEARTBEAT_SECONDS + 5)
-
-    def _beat(self) -> None:
-        try:
-            last_beat = time.monotonic()
-            while not self._stopped.wait(CANCEL_CHECK_SECONDS):
-                try:
-                    if time.monotonic() - last_beat >= HEARTBEAT_SECONDS:
-                        last_beat = time.monotonic()
-                        dbretry.write(
-                            lambda: Invocation.objects.filter(
-                                pk=self._invocation_id, status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT]
-                            ).update(heartbeat_at=timezone.now()),
-                            what=f"the heartbeat of invocation {self._invocation_id}",
-                        )
-                    if self._flush is not None:
-                        self._flush()
-                    if not self.cancelled.is_set() and Invocation.objects.filter(
-                        pk=self._invocation_id, status__in=list(FINISHED)
-                    ).exists():
-                        self.cancelled.set()
-                except DatabaseError:
-                    # Logged by dbretry with the reason; the connection was dropped, so the
-                    # next beat starts on a fresh one.
-                    dbretry.reconnect()
-        finally:
-            # This thread's own connection; the task's connection is untouched.
-            connection.close()
+    def _check(self) -> None:
+        if time.monotonic() - self._last_beat >= HEARTBEAT_SECONDS:
+            self._last_beat = time.monotonic()
+            dbretry.write(
+                lambda: Invocation.objects.filter(
+                    pk=self._invocation_id, status__in=[RunStatus.RUNNING, RunStatus.AWAITING_INPUT]
+                ).update(heartbeat_at=timezone.now()),
+                what=f"the heartbeat of invocation {self._invocation_id}",
+            )
+        if self._flush is not None:
+            self._flush()
+        if not self.cancelled.is_set() and Invocation.objects.filter(
+            pk=self._invocation_id, status__in=list(FINISHED)
+        ).exists():
+            self.cancelled.set()
 
 
 def run_next(woken_by: str) -> None:

@@ -25,5 +25,8 @@ def reap_stale_work() -> dict:
     return {
         "invocations": engine.reap_stale_invocations(),
         "builds": lifecycle.reap_stale_builds(),
-        "resent": {"invocations": engine.resend_queued_invocations(lambda pk: broker.send(run_invocation.name, pk))},
+        "resent": {
+            "invocations": engine.resend_queued_invocations(lambda pk: broker.send(run_invocation.name, pk)),
+            "builds": lifecycle.resend_queued_steps(),
+        },
     }

@@ -92,6 +92,11 @@ def build(revision_id: int) -> None:
     follows on the sandbox queue."""
     if not lifecycle.build_claim(revision_id=revision_id):
         return
+    with lifecycle.step_heartbeat(revision_id):
+        _build(revision_id)
+
+
+def _build(revision_id: int) -> None:
     revision = Revision.objects.get(pk=revision_id)
     log = BuildLog(revision)
     # One budget for the whole build (lock and environment), as TOOLHUB_BUILD_TIMEOUT says.
@@ -143,9 +148,14 @@ def build(revision_id: int) -> None:
 
 def introspect(revision_id: int) -> None:
     """Load the toolkit in the sandbox and read its tool specs and valve schemas."""
-    revision = Revision.objects.filter(pk=revision_id).first()
-    if revision is None or revision.status != Status.BUILDING:
+    if not lifecycle.introspect_claim(revision_id=revision_id):
         return
+    with lifecycle.step_heartbeat(revision_id):
+        _introspect(Revision.objects.get(pk=revision_id))
+
+
+def _introspect(revision: Revision) -> None:
+    revision_id = revision.pk
     try:
         env_dir = revision_environment(revision)
         outcome = sandboxing.run(

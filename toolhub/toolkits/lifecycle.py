@@ -34,10 +34,12 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
-from toolhub import broker
+from toolhub import broker, dbretry
+from toolhub.heartbeat import Beat
 from toolhub.packages import index_checks
 from toolhub.packages import services as packages
 from toolhub.packages.models import Approval, Package, PackageRequest
@@ -56,6 +58,13 @@ INTROSPECT_TASK = "toolhub.toolkits.tasks.introspect_revision"
 logger = logging.getLogger(__name__)
 
 QUEUE_FAILED = "No worker could take the build (the broker is unavailable); press Retry once it is back."
+INTERRUPTED = "The build was interrupted (its worker stopped); press Retry to build again."
+NOT_TAKEN = "No worker took the build although its task was sent {sends} times (is a worker serving the {queue} queue?); press Retry to build again."
+OVERDUE = "The build made no progress for longer than a build may take; press Retry to build again."
+
+# A worker running a step beats this often; one silent for STEP_DEAD_AFTER_SECONDS has stopped.
+STEP_HEARTBEAT_SECONDS = 5.0
+STEP_DEAD_AFTER_SECONDS = 30.0
 
 
 class QueueUnavailable(Exception):
@@ -77,6 +86,14 @@ def enqueue(task_name: str, revision_id: int) -> None:
             raise QueueUnavailable(QUEUE_FAILED) from exc
 
     transaction.on_commit(send)
+
+
+def queue_step(task_name: str, revision_id: int) -> None:
+    """The revision's next step waits for a worker: recorded for the reaper, then queued."""
+    Revision.objects.filter(pk=revision_id).update(
+        task_name=task_name, task_sent_at=timezone.now(), task_sends=1, heartbeat_at=None
+    )
+    enqueue(task_name, revision_id)
 
 
 def _set(revision: Revision, status: str, detail: str = "", *fields: str) -> None:
@@ -115,7 +132,7 @@ def evaluate(*, revision: Revision) -> None:
     else:
         revision.build_log = ""
         _set(revision, Status.BUILDING, "Queued for build", "build_log")
-        enqueue(BUILD_TASK, revision.pk)
+        queue_step(BUILD_TASK, revision.pk)
 
 
 def retry(*, revision_id: int) -> Revision | None:
@@ -231,14 +248,39 @@ def package_reject(*, name: str, user: User, reason: str) -> Package:
 # The worker's steps (called from toolhub.toolkits.building)
 
 
-def build_claim(*, revision_id: int) -> bool:
-    """A build task takes its revision. The reaper measures a build from its last change of
-    state, so a build that waited long in the queue starts its clock now."""
+def step_claim(*, revision_id: int, task_name: str, **fields: object) -> bool:
+    """A worker takes the revision's queued step; False when it is not queued (a second
+    delivery of the task while the first runs, or after it ended). The reaper measures a step
+    from its start, so a step that waited long in the queue starts its clock now."""
+    now = timezone.now()
     return bool(
-        Revision.objects.filter(pk=revision_id, status=Status.BUILDING).update(
-            status_changed_at=timezone.now(), status_detail="Locking the requirements"
-        )
+        Revision.objects.filter(
+            pk=revision_id, status=Status.BUILDING, task_name=task_name, heartbeat_at__isnull=True
+        ).update(heartbeat_at=now, status_changed_at=now, **fields)
     )
+
+
+def build_claim(*, revision_id: int) -> bool:
+    return step_claim(revision_id=revision_id, task_name=BUILD_TASK, status_detail="Locking the requirements")
+
+
+def introspect_claim(*, revision_id: int) -> bool:
+    return step_claim(revision_id=revision_id, task_name=INTROSPECT_TASK)
+
+
+def step_heartbeat(revision_id: int) -> Beat:
+    """The worker's beat while it runs a step of the revision: a build may stay silent for
+    minutes (uv compiling a package), and only a worker that stopped stops beating."""
+
+    def tick() -> None:
+        dbretry.write(
+            lambda: Revision.objects.filter(pk=revision_id, status=Status.BUILDING, heartbeat_at__isnull=False).update(
+                heartbeat_at=timezone.now()
+            ),
+            what=f"the heartbeat of the build of revision {revision_id}",
+        )
+
+    return Beat(tick, every=STEP_HEARTBEAT_SECONDS, name=f"build-heartbeat-{revision_id}")
 
 
 def build_progress(*, revision_id: int, detail: str, **fields: object) -> None:
@@ -272,7 +314,7 @@ def built(*, revision_id: int, environment_key: str) -> None:
         status_detail="Inspecting the tools in the sandbox",
         status_changed_at=timezone.now(),
     )
-    enqueue(INTROSPECT_TASK, revision_id)
+    queue_step(INTROSPECT_TASK, revision_id)
 
 
 def fail(*, revision_id: int, reason: str, traceback: str | None = None) -> None:
@@ -342,13 +384,49 @@ def review_decide(*, revision_id: int, user: User, approve: bool, reason: str = 
 
 
 def reap_stale_builds() -> int:
-    """Fail builds that stopped making progress (their worker died); returns how many."""
+    """Fail builds whose worker stopped (no beat for STEP_DEAD_AFTER_SECONDS), whose step
+    no worker took although its task was sent 1 + TOOLHUB_RESEND_MAX times, and steps that
+    made no progress for much longer than a build may take; returns how many."""
     now = timezone.now()
-    build_limit = timedelta(seconds=settings.TOOLHUB_BUILD_TIMEOUT + 120)
-    return Revision.objects.filter(status=Status.BUILDING, status_changed_at__lt=now - build_limit).update(
-        status=Status.FAILED, status_changed_at=now,
-        status_detail="The build was interrupted (its worker stopped); press Retry to build again.",
+    building = Revision.objects.filter(status=Status.BUILDING)
+    failed = {"status": Status.FAILED, "status_changed_at": now}
+    n = building.filter(heartbeat_at__lt=now - timedelta(seconds=STEP_DEAD_AFTER_SECONDS)).update(
+        **failed, status_detail=INTERRUPTED
     )
+    never_taken = building.filter(
+        heartbeat_at__isnull=True, task_sends__gt=settings.TOOLHUB_RESEND_MAX,
+        task_sent_at__lt=now - timedelta(seconds=settings.TOOLHUB_RESEND_AFTER_SECONDS),
+    )
+    for task_name in set(never_taken.values_list("task_name", flat=True)):
+        queue = settings.CELERY_TASK_ROUTES[task_name]["queue"]
+        n += never_taken.filter(task_name=task_name).update(**failed, status_detail=NOT_TAKEN.format(
+            sends=settings.TOOLHUB_RESEND_MAX + 1, queue=queue
+        ))
+    # A step that beats but never ends, or one queued before steps were recorded.
+    build_limit = timedelta(seconds=settings.TOOLHUB_BUILD_TIMEOUT + 120)
+    return n + building.filter(status_changed_at__lt=now - build_limit).update(**failed, status_detail=OVERDUE)
+
+
+def resend_queued_steps() -> int:
+    """Send the task of every step still queued TOOLHUB_RESEND_AFTER_SECONDS after its last
+    send again: its message may be gone with a broker that restarted without persistence (a
+    second delivery is ignored by step_claim). Returns how many were sent."""
+    now = timezone.now()
+    queued = Revision.objects.filter(
+        status=Status.BUILDING, heartbeat_at__isnull=True, task_sends__gte=1, task_sends__lte=settings.TOOLHUB_RESEND_MAX,
+        task_sent_at__lt=now - timedelta(seconds=settings.TOOLHUB_RESEND_AFTER_SECONDS),
+    )
+    sent = 0
+    for revision_id, task_name in queued.values_list("pk", "task_name"):
+        if not queued.filter(pk=revision_id).update(task_sent_at=now, task_sends=F("task_sends") + 1):
+            continue  # taken meanwhile
+        try:
+            broker.send(task_name, revision_id)
+        except (BrokerError, OSError) as exc:
+            logger.error("could not send %s for revision %s again (%s); the next pass tries again", task_name, revision_id, exc)
+            break
+        sent += 1
+    return sent
 
 
 # ------------------------------------------------------------------------------------------

@@ -132,6 +132,13 @@ class Revision(models.Model):
     lock = models.TextField(blank=True)
     environment_key = models.CharField(max_length=64, blank=True)
     build_log = models.TextField(blank=True)
+    # The worker's step a `building` revision is at (its task's name); when that task was last
+    # sent and how many times (the reaper sends one no worker took again); the last beat of the
+    # worker that runs the step (None while the task waits in the queue).
+    task_name = models.CharField(max_length=100, blank=True)
+    task_sent_at = models.DateTimeField(null=True, blank=True)
+    task_sends = models.PositiveSmallIntegerField(default=0)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
     # Shown only to the toolkit's owner and admins.
     traceback = models.TextField(blank=True)
     tools = OrderedJSONField(default=list)

@@ -1,0 +1,44 @@
+"""A worker's sign of life for long work (a tool that stays silent, an environment that
+builds for minutes): a thread of its own calls `tick` every `every` seconds for as long as a
+`with` block runs, whatever the work itself does. The reapers tell a live worker from a dead
+one by the time of the last beat."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Self
+
+from django.db import DatabaseError, connection
+
+from toolhub import dbretry
+
+
+class Beat:
+    def __init__(self, tick: Callable[[], None], *, every: float, name: str) -> None:
+        self._tick = tick
+        self._every = every
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stopped.set()
+        # Bounded: a beat stuck behind a database lock must not hold up the end of the work.
+        self._thread.join(self._every + 5)
+
+    def _run(self) -> None:
+        try:
+            while not self._stopped.wait(self._every):
+                try:
+                    self._tick()
+                except DatabaseError:
+                    # Logged by dbretry with the reason; the connection was dropped, so the
+                    # next beat starts on a fresh one.
+                    dbretry.reconnect()
+        finally:
+            # This thread's own connection; the work's connection is untouched.
+            connection.close()
