@@ -155,14 +155,20 @@ def purge_queues() -> None:
             connection.default_channel.queue_purge(queue)
 
 
-def start_worker(tmp_path: Path, *, concurrency: int = 1) -> WorkerProcess:
-    """A real Celery worker process on the configured broker, using the test database."""
-    purge_queues()
-    env = dict(os.environ, DATABASE_URL=_database_url())
-    log = tmp_path / "worker.log"
+def start_worker(
+    tmp_path: Path, *, concurrency: int = 1, queues: tuple[str, ...] = QUEUES, beat: bool = False,
+    env: dict[str, str] | None = None, name: str = "worker", purge: bool = True,
+) -> WorkerProcess:
+    """A real Celery worker process on the configured broker (or `env`'s REDIS_URL), using the
+    test database; with `beat`, celery beat runs in it too (the reapers' schedule)."""
+    if purge:
+        purge_queues()
+    env = dict(os.environ, DATABASE_URL=_database_url(), **(env or {}))
+    log = tmp_path / f"{name}.log"
+    extra = ["-B", "-s", str(tmp_path / f"{name}-beat-schedule")] if beat else []
     process = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", ",".join(QUEUES),
-         "-c", str(concurrency), "-l", "info", "--without-heartbeat", "--without-gossip", "--without-mingle"],
+        [sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", ",".join(queues), "-n", f"{name}@%h",
+         "-c", str(concurrency), "-l", "info", "--without-heartbeat", "--without-gossip", "--without-mingle", *extra],
         cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     worker = WorkerProcess(process, log)

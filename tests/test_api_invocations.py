@@ -10,11 +10,11 @@ import copy
 import json
 import time
 import uuid
-from contextlib import contextmanager
 
 import pytest
 
 from tests.conftest import example
+from tests.helpers import broker_at
 from toolhub.accounts.models import ApiToken
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.toolkits.models import Status
@@ -66,28 +66,9 @@ def made_invocation(toolkit, user, **fields) -> Invocation:
     )
 
 
-@contextmanager
 def broker_unreachable():
-    """Point the Celery app at a port where no broker listens.
-
-    The app caches its connection and producer pools, which would still reach the real
-    broker, so the cached references are dropped on the way in and out. The pools
-    themselves live in kombu's registry, keyed by broker URL, and are left open: the real
-    one is picked up again afterwards."""
-    from toolhub.celery import app
-
-    def reset_pools() -> None:
-        app._pool = None
-        app.amqp._producer_pool = None
-
-    saved = app.conf.broker_url
-    reset_pools()
-    app.conf.broker_url = "redis://127.0.0.1:1/0"
-    try:
-        yield
-    finally:
-        reset_pools()
-        app.conf.broker_url = saved
+    """Point the Celery app at a port where no broker listens."""
+    return broker_at("redis://127.0.0.1:1/0")
 
 
 # Invoke

@@ -5,7 +5,13 @@ terminated while work is in flight, and nothing may be lost or stuck.
   timeout would): the worker's task connection, its heartbeat thread's connection and the web
   request's connection all die while the tool runs. The tool's result and events must still
   be stored, the heartbeat must go on, and the `wait: true` caller gets its 200, not a 500.
-  (A worker SIGKILLed mid-run is in tests/test_invocations.py.)
+  (A worker SIGKILLed mid-run is in tests/test_invocations.py, one SIGKILLed mid-build in
+  tests/test_builds.py.)
+- A private `redis-server` without persistence stopped and started again while invocations
+  run and wait in the queue, and a build waits too: every message in it is lost. The running
+  ones finish, the reaper sends the lost ones again, and each runs exactly once.
+- The reaper is never late: with a backlog on the sandbox queue, a dead worker's invocation is
+  reaped within seconds by the worker that serves the `maintenance` queue (celery beat in it).
 
 Marked `fault` (and `worker`, `sandbox`); `.ci/run` runs them with the rest of the suite.
 """
@@ -13,19 +19,26 @@ Marked `fault` (and `worker`, `sandbox`); `.ci/run` runs them with the rest of t
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
+from datetime import timedelta
 
 import psycopg
 import pytest
 from django.db import connection
 from django.utils import timezone
 
-from tests.conftest import start_worker
+from tests.conftest import example, start_worker
+from tests.helpers import broker_at
+from tests.live_fixtures import start_redis
 from tests.sandbox_fixtures import require_sandbox
 from toolhub.accounts.models import ApiToken
-from toolhub.runs.models import Event, Invocation, RunStatus
-from toolhub.toolkits.models import Status
+from toolhub.runs import engine
+from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus
+from toolhub.runs.services import invocation_create
+from toolhub.runs.tasks import reap_stale_work
+from toolhub.toolkits.models import Revision, Status
 
 pytestmark = [pytest.mark.fault]
 
@@ -162,3 +175,99 @@ def test_a_database_that_refuses_connections_gets_503_not_500(client, alice):
     assert response.status_code == 503, response.content
     assert response["Retry-After"] == "1"
     assert response.json()["errors"][0]["message"] == "The database is unavailable right now; try again in a moment."
+
+
+@pytest.mark.worker
+@pytest.mark.sandbox
+@pytest.mark.django_db(transaction=True)
+def test_a_redis_restart_without_persistence_loses_no_invocation_and_no_build(
+    postgres, upload, build, alice, tmp_path, settings
+):
+    toolkit = build(upload(alice, SLOW))
+    assert toolkit.current_revision.status == Status.READY, toolkit.current_revision.status_detail
+    redis = start_redis(tmp_path)
+    url = f"redis://127.0.0.1:{redis.port}/0"
+    settings.TOOLHUB_RESEND_AFTER_SECONDS = 3
+    settings.TOOLHUB_USER_MAX_ACTIVE = 0
+    worker = None
+    try:
+        with broker_at(url):
+            worker = start_worker(tmp_path, concurrency=2, env={"REDIS_URL": url})
+            # Two run (the worker's two processes), four wait in Redis, and so does a build.
+            invocations = [
+                invocation_create(toolkit=toolkit, tool="steps", arguments={"seconds": 3}, user=alice) for _ in range(6)
+            ]
+            _wait_until(lambda: Invocation.objects.filter(status=RunStatus.RUNNING).count() == 2, what="two to run")
+            pending = upload(alice, example("string_reverse"), slug="built_after_restart").latest_revision()
+            queued = Invocation.objects.filter(status=RunStatus.QUEUED).count()
+            assert queued == 4
+
+            redis.stop(signal.SIGKILL)
+            time.sleep(1)
+            redis = start_redis(tmp_path, port=redis.port)  # empty: no persistence
+            restarted = time.monotonic()
+
+            def all_done() -> bool:
+                reap_stale_work.run()  # what celery beat does every TOOLHUB_REAP_EVERY_SECONDS
+                revision = Revision.objects.get(pk=pending.pk)
+                return revision.status != Status.BUILDING and not Invocation.objects.exclude(status__in=list(FINISHED)).exists()
+
+            _wait_until(all_done, timeout=90, what="every invocation and the build to end")
+            took = time.monotonic() - restarted
+    finally:
+        if worker is not None:
+            worker.kill()
+        redis.stop()
+    log = worker.output()
+
+    for invocation in Invocation.objects.filter(pk__in=[i.pk for i in invocations]):
+        assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "all steps done"), (invocation.error, log[-3000:])
+        # Each ran exactly once, although the reaper may have sent some twice.
+        assert [e.data["description"] for e in invocation.events.filter(type="status")] == ["first", "second"]
+    resent = Invocation.objects.filter(pk__in=[i.pk for i in invocations], sends__gt=1).count()
+    assert resent >= queued
+    revision = Revision.objects.get(pk=pending.pk)
+    assert revision.status == Status.READY, (revision.status_detail, log[-3000:])
+    assert revision.task_sends >= 2 or revision.task_name == "toolhub.toolkits.tasks.introspect_revision"
+    assert took < 60
+
+
+@pytest.mark.worker
+@pytest.mark.sandbox
+@pytest.mark.django_db(transaction=True)
+def test_the_reaper_is_not_late_behind_a_backlog(postgres, upload, build, alice, tmp_path, settings):
+    toolkit = build(upload(alice, SLOW))
+    settings.TOOLHUB_USER_MAX_ACTIVE = 0
+    settings.TOOLHUB_USER_INVOCATIONS_PER_MINUTE = 0
+    # One worker for the work (busy for a minute with the backlog) and one for the maintenance
+    # queue with celery beat, as `make run` and the README's deployment have them.
+    work = start_worker(tmp_path, queues=("sandbox",), name="work")
+    maintenance = None
+    try:
+        maintenance = start_worker(
+            tmp_path, queues=("maintenance",), beat=True, name="maintenance", purge=False,
+            env={"TOOLHUB_REAP_EVERY_SECONDS": "1"},
+        )
+        backlog = [
+            invocation_create(toolkit=toolkit, tool="steps", arguments={"seconds": 4}, user=alice) for _ in range(15)
+        ]
+        _wait_until(lambda: Invocation.objects.filter(status=RunStatus.RUNNING).exists(), what="the backlog to start")
+        # What a worker that was SIGKILLed mid-run leaves behind: running, and silent since.
+        silent_since = timezone.now() - timedelta(seconds=engine.DEAD_AFTER_SECONDS + 1)
+        dead = Invocation.objects.create(
+            toolkit=toolkit, revision=toolkit.current_revision, tool="steps", arguments={}, user=alice,
+            status=RunStatus.RUNNING, started_at=silent_since, heartbeat_at=silent_since,
+        )
+        started = time.monotonic()
+        _wait_until(lambda: Invocation.objects.get(pk=dead.pk).status == RunStatus.FAILED, timeout=60, what="the reaper")
+        took = time.monotonic() - started
+        waiting = Invocation.objects.filter(pk__in=[i.pk for i in backlog], status=RunStatus.QUEUED).count()
+    finally:
+        work.kill()
+        if maintenance is not None:
+            maintenance.kill()
+    dead.refresh_from_db()
+    assert dead.error == "The worker running this invocation stopped before it finished."
+    # Reaped while most of the backlog still waited (about a minute of work on one process).
+    assert waiting >= 10, waiting
+    assert took < 10, (took, maintenance.output()[-3000:])
