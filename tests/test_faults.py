@@ -207,8 +207,12 @@ def test_a_redis_restart_without_persistence_loses_no_invocation_and_no_build(
             redis = start_redis(tmp_path, port=redis.port)  # empty: no persistence
             restarted = time.monotonic()
 
+            resent = {"invocations": 0, "builds": 0}
+
             def all_done() -> bool:
-                reap_stale_work.run()  # what celery beat does every TOOLHUB_REAP_EVERY_SECONDS
+                # What celery beat does every TOOLHUB_REAP_EVERY_SECONDS.
+                for kind, n in reap_stale_work.run()["resent"].items():
+                    resent[kind] += n
                 revision = Revision.objects.get(pk=pending.pk)
                 return revision.status != Status.BUILDING and not Invocation.objects.exclude(status__in=list(FINISHED)).exists()
 
@@ -224,11 +228,11 @@ def test_a_redis_restart_without_persistence_loses_no_invocation_and_no_build(
         assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "all steps done"), (invocation.error, log[-3000:])
         # Each ran exactly once, although the reaper may have sent some twice.
         assert [e.data["description"] for e in invocation.events.filter(type="status")] == ["first", "second"]
-    resent = Invocation.objects.filter(pk__in=[i.pk for i in invocations], sends__gt=1).count()
-    assert resent >= queued
+    # The four lost ones were sent again (and perhaps a running one too: a duplicate is ignored).
+    assert Invocation.objects.filter(pk__in=[i.pk for i in invocations], sends__gt=1).count() >= queued
+    assert resent["invocations"] >= queued and resent["builds"] >= 1, resent
     revision = Revision.objects.get(pk=pending.pk)
     assert revision.status == Status.READY, (revision.status_detail, log[-3000:])
-    assert revision.task_sends >= 2 or revision.task_name == "toolhub.toolkits.tasks.introspect_revision"
     assert took < 60
 
 
