@@ -117,7 +117,7 @@ def test_every_form_of_a_stored_detail_has_a_translation_that_keeps_its_placehol
 
 
 def test_details_the_lifecycle_and_the_build_write_are_known_forms():
-    assert lifecycle.QUEUE_FAILED in FORMS
+    assert {lifecycle.QUEUE_FAILED, lifecycle.INTERRUPTED, lifecycle.NOT_TAKEN, lifecycle.OVERDUE} <= set(FORMS)
     # outcome_reason reads only these fields of a SandboxOutcome.
     for status in ("timed_out", "limit_exceeded", "crashed"):
         reason = outcome_reason(SimpleNamespace(status=status, limit="memory", exit_code=-9))

@@ -57,9 +57,10 @@ INTROSPECT_TASK = "toolhub.toolkits.tasks.introspect_revision"
 
 logger = logging.getLogger(__name__)
 
+# Stored in English; pages show them translated (toolhub.toolkits.status_text.FORMS).
 QUEUE_FAILED = "No worker could take the build (the broker is unavailable); press Retry once it is back."
 INTERRUPTED = "The build was interrupted (its worker stopped); press Retry to build again."
-NOT_TAKEN = "No worker took the build although its task was sent {sends} times (is a worker serving the {queue} queue?); press Retry to build again."
+NOT_TAKEN = "No worker took the build although its task was sent %(sends)s times (is a worker serving the %(queue)s queue?); press Retry to build again."
 OVERDUE = "The build made no progress for longer than a build may take; press Retry to build again."
 
 # A worker running a step beats this often; one silent for STEP_DEAD_AFTER_SECONDS has stopped.
@@ -399,9 +400,9 @@ def reap_stale_builds() -> int:
     )
     for task_name in set(never_taken.values_list("task_name", flat=True)):
         queue = settings.CELERY_TASK_ROUTES[task_name]["queue"]
-        n += never_taken.filter(task_name=task_name).update(**failed, status_detail=NOT_TAKEN.format(
-            sends=settings.TOOLHUB_RESEND_MAX + 1, queue=queue
-        ))
+        n += never_taken.filter(task_name=task_name).update(**failed, status_detail=NOT_TAKEN % {
+            "sends": settings.TOOLHUB_RESEND_MAX + 1, "queue": queue
+        })
     # A step that beats but never ends, or one queued before steps were recorded.
     build_limit = timedelta(seconds=settings.TOOLHUB_BUILD_TIMEOUT + 120)
     return n + building.filter(status_changed_at__lt=now - build_limit).update(**failed, status_detail=OVERDUE)

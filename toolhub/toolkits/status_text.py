@@ -25,6 +25,8 @@ FORMS = [
     gettext_noop("Building the environment"),
     gettext_noop("Inspecting the tools in the sandbox"),
     gettext_noop("The build was interrupted (its worker stopped); press Retry to build again."),
+    gettext_noop("No worker took the build although its task was sent %(sends)s times (is a worker serving the %(queue)s queue?); press Retry to build again."),
+    gettext_noop("The build made no progress for longer than a build may take; press Retry to build again."),
     gettext_noop("No worker could take the build (the broker is unavailable); press Retry once it is back."),
     gettext_noop("package %(name)s was rejected: %(reason)s"),
     gettext_noop("package %(name)s was rejected"),
