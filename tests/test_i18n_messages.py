@@ -22,7 +22,7 @@ from toolhub.toolkits import lifecycle
 from toolhub.toolkits.sandboxing import outcome_reason
 from toolhub.toolkits.schema_forms import parse_submission, validate
 from toolhub.toolkits.source_checks import ToolkitSourceInvalid, parse_toolkit_source
-from toolhub.toolkits.status_text import FORMS, translate_detail
+from toolhub.toolkits.status_text import FORMS, HOST_FORMS, translate_detail
 
 
 @pytest.fixture(autouse=True)
@@ -110,7 +110,7 @@ def test_requirement_and_class_problems_are_translated():
 def test_every_form_of_a_stored_detail_has_a_translation_that_keeps_its_placeholders():
     for language in ("fr", "pl", "tr", "zh-hans"):
         with translation.override(language):
-            for form in FORMS:
+            for form in FORMS + HOST_FORMS:
                 translated = translation.gettext(form)
                 assert translated != form, (language, form)
                 assert set(re.findall(r"%\(\w+\)s", translated)) == set(re.findall(r"%\(\w+\)s", form))
@@ -186,3 +186,16 @@ def test_the_queue_tabs_agree_with_their_counts_in_french(client, admin):
     assert ">Approuvés (2)</a>" in page and ">En attente (0)</a>" in page
     english = client.get("/packages/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
     assert ">Approved (2)</a>" in english
+
+
+@pytest.mark.django_db
+def test_a_refused_egress_host_is_explained_in_the_readers_language(alice, upload):
+    from toolhub.toolkits.services import InvalidEgressHosts, toolkit_set_egress
+
+    toolkit = upload(alice, toolkit_source("Net"), slug="net")
+    with translation.override("fr"), pytest.raises(InvalidEgressHosts) as refused:
+        toolkit_set_egress(toolkit=toolkit, granted=True, hosts=["*.org"], by=alice)
+    assert str(refused.value) == "'*.org' autoriserait tout un domaine de premier niveau"
+    with translation.override("zh-hans"), pytest.raises(InvalidEgressHosts) as refused:
+        toolkit_set_egress(toolkit=toolkit, granted=True, hosts=["a*b.org"], by=alice)
+    assert "既不是主机名" in str(refused.value)

@@ -24,6 +24,7 @@ from toolhub.toolkits.source_checks import (
     parse_toolkit_source,
     slugify,
 )
+from toolhub.toolkits.status_text import translate_host_refusal
 
 SLUG_MAX = 64
 # Slugs that name a page instead of a toolkit: /toolkits/new/ is the upload page.
@@ -239,7 +240,7 @@ def toolkit_set_egress(*, toolkit: Toolkit, granted: bool, hosts: list[str], by:
             cleaned.append(validate_host_pattern(raw))
         except ValueError as exc:
             # The rule's message already quotes the entry.
-            raise InvalidEgressHosts(str(exc)) from None
+            raise InvalidEgressHosts(translate_host_refusal(str(exc))) from None
     toolkit.egress_granted = granted
     toolkit.egress_hosts = sorted(set(cleaned)) if granted else []
     toolkit.egress_granted_by = by if granted else None

@@ -52,13 +52,23 @@ FORMS = [
     gettext_noop("%(tool)s failed: %(error)s"),
     gettext_noop("%(tool)s exited with status %(status)s"),
 ]
+# Why an egress allowlist entry is refused (toolhub/sandbox/egress/rules.py, which has no
+# Django), shown on the toolkit's egress form.
+HOST_FORMS = [
+    gettext_noop(
+        "%(pattern)s is not a host name or a wildcard like '*.example.org' (a '*' may only stand as the whole first"
+        " label)"
+    ),
+    gettext_noop("%(pattern)s is not a valid host name"),
+    gettext_noop("%(pattern)s would allow a whole top-level domain"),
+]
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 
 @cache
-def _patterns() -> list[tuple[str, re.Pattern[str]]]:
+def _patterns(forms: tuple[str, ...] = tuple(FORMS)) -> list[tuple[str, re.Pattern[str]]]:
     patterns = []
-    for form in FORMS:
+    for form in forms:
         pieces = _PLACEHOLDER.split(form)
         # split() alternates literal text and placeholder names.
         regex = "".join(re.escape(piece) if i % 2 == 0 else f"(?P<{piece}>.+?)" for i, piece in enumerate(pieces))
@@ -74,6 +84,15 @@ def _one(text: str) -> str | None:
             parts = {name: _one(value) or value for name, value in match.groupdict().items()}
             return gettext(form) % parts
     return None
+
+
+def translate_host_refusal(text: str) -> str:
+    """Why an egress allowlist entry is refused, in the active language when the form is known."""
+    for form, pattern in _patterns(tuple(HOST_FORMS)):
+        match = pattern.fullmatch(text)
+        if match:
+            return gettext(form) % match.groupdict()
+    return text
 
 
 def translate_detail(text: str) -> str:
