@@ -199,3 +199,20 @@ def test_a_refused_egress_host_is_explained_in_the_readers_language(alice, uploa
     with translation.override("zh-hans"), pytest.raises(InvalidEgressHosts) as refused:
         toolkit_set_egress(toolkit=toolkit, granted=True, hosts=["a*b.org"], by=alice)
     assert "既不是主机名" in str(refused.value)
+
+
+@pytest.mark.django_db
+def test_a_refused_run_is_explained_in_the_readers_language(alice, upload):
+    from toolhub.runs.services import InvocationRejected, invocation_create
+
+    toolkit = upload(alice, toolkit_source("Echo"), slug="echo")
+    revision = toolkit.current_revision
+    revision.tools = [{"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}]
+    revision.set_status("ready")
+    revision.save()
+    with translation.override("fr"), pytest.raises(InvocationRejected) as refused:
+        invocation_create(toolkit=toolkit, tool="nope", arguments={}, user=alice)
+    assert refused.value.errors == [("La boîte à outils n’a pas d’outil nommé 'nope'.", "tool")]
+    with translation.override("tr"), pytest.raises(InvocationRejected) as refused:
+        invocation_create(toolkit=toolkit, tool="echo", arguments=[1], user=alice)
+    assert refused.value.errors == [("Argümanlar bir JSON nesnesi olmalıdır.", "arguments")]

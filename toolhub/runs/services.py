@@ -78,13 +78,13 @@ def check_arguments(parameters: dict, arguments: object) -> list[tuple[str, str 
     are used: a broken schema, a bad regular expression or a remote `$ref` becomes an error
     message instead of a crash (or a fetch), and no message quotes a submitted value."""
     if not isinstance(arguments, dict):
-        return [("The arguments must be a JSON object.", "arguments")]
+        return [(_("The arguments must be a JSON object."), "arguments")]
     errors: list[tuple[str, str | None]] = []
     for name in arguments:
         # The runtime refuses these anyway; refusing them here keeps such a call from being
         # queued at all.
         if str(name).startswith("_"):
-            errors.append(("Names starting with an underscore are injected by ToolHub, not passed.", str(name)))
+            errors.append((_("Names starting with an underscore are injected by ToolHub, not passed."), str(name)))
     found = schema_forms.validate(parameters or {"type": "object", "properties": {}}, arguments)
     for field, messages in found.items():
         for message in messages:
@@ -119,7 +119,7 @@ def invocation_create(
         raise InvocationRejected(409, [(not_ready_reason(toolkit), None)])
     spec = tool_spec(revision, tool)
     if spec is None:
-        raise InvocationRejected(404, [(f"The toolkit has no tool named {tool!r}.", "tool")])
+        raise InvocationRejected(404, [(_("The toolkit has no tool named %(tool)s.") % {"tool": repr(tool)}, "tool")])
     errors = check_arguments(spec.get("parameters") or {}, arguments)
     if errors:
         raise InvocationRejected(400, errors)
@@ -136,7 +136,7 @@ def invocation_create(
             status=RunStatus.FAILED, error="No worker could take the invocation (the broker is unavailable).",
             finished_at=timezone.now(),
         )
-        raise InvocationRejected(503, [("No worker is available to run tools right now; try again later.", None)]) from exc
+        raise InvocationRejected(503, [(_("No worker is available to run tools right now; try again later."), None)]) from exc
     return invocation
 
 
@@ -163,7 +163,7 @@ def invocation_respond(*, invocation: Invocation, value: object) -> None:
         pk=invocation.pk, status=RunStatus.AWAITING_INPUT, call_answer__isnull=True
     ).update(call_answer={"value": value})
     if not updated:
-        raise InvocationRejected(409, [("The invocation is not waiting for an answer.", None)])
+        raise InvocationRejected(409, [(_("The invocation is not waiting for an answer."), None)])
 
 
 def can_cancel(*, invocation: Invocation, user: User) -> bool:
@@ -177,7 +177,7 @@ def invocation_cancel(*, invocation: Invocation, by: User) -> Invocation:
     started. Raises InvocationRejected (403 for someone else's run, 409 when it has already
     finished) and returns the invocation as it is now."""
     if not can_cancel(invocation=invocation, user=by):
-        raise InvocationRejected(403, [("Only the person who started the run and admins may cancel it.", None)])
+        raise InvocationRejected(403, [(_("Only the person who started the run and admins may cancel it."), None)])
     ended = (
         Invocation.objects.filter(pk=invocation.pk)
         .exclude(status__in=list(FINISHED))
@@ -190,5 +190,5 @@ def invocation_cancel(*, invocation: Invocation, by: User) -> Invocation:
     )
     invocation.refresh_from_db()
     if not ended:
-        raise InvocationRejected(409, [("The invocation has already finished.", None)])
+        raise InvocationRejected(409, [(_("The invocation has already finished."), None)])
     return invocation
