@@ -82,7 +82,7 @@ def test_a_name_no_index_knows_is_missing_and_an_extra_index_is_asked_too(local_
 
 
 @pytest.mark.parametrize(("name", "body", "content_type", "error"), [
-    ("html-only", b"<html><a href='x.whl'>x</a></html>", "text/html", "not_json"),
+    ("plain-text", b"humanize 4.9.0", "text/plain", "not_json"),
     ("garbage", b"{not json", "application/vnd.pypi.simple.v1+json", "unreadable"),
     ("deep", b"[" * 100_000 + b"]" * 100_000, "application/vnd.pypi.simple.v1+json", "unreadable"),
     ("wrong-shape", json.dumps({"files": {"a": 1}}).encode(), "application/vnd.pypi.simple.v1+json", "unreadable"),
@@ -91,6 +91,49 @@ def test_a_hostile_or_foreign_answer_is_an_error_not_an_exception(local_index, n
     local_index.raw(name, body, content_type=content_type)
     info = _lookup(local_index, name)
     assert (info.state, info.error) == ("error", error)
+
+
+HTML_PAGE = """<!DOCTYPE html><html><body>
+<a href="../../files/older-1.0-py3-none-any.whl#sha256=00">older-1.0-py3-none-any.whl</a>
+<a href="../../files/older-1.1-py3-none-any.whl" data-core-metadata="sha256={digest}">older-1.1-py3-none-any.whl</a>
+<a href="../../files/older-1.2-py3-none-any.whl" data-yanked="">older-1.2-py3-none-any.whl</a>
+<a href="/etc/hosts" data-dist-info-metadata="true">older-0.1-py3-none-any.whl</a>
+</body></html>"""
+OLDER_METADATA = "Metadata-Version: 2.1\nName: older\nVersion: 1.1\nSummary: From an HTML index\nRequires-Dist: six\n"
+
+
+def _html_index(root, local_index=None):
+    """A PEP 503 (HTML) project page and its metadata file, under `root`."""
+    import hashlib
+
+    (root / "files").mkdir(parents=True, exist_ok=True)
+    (root / "files" / "older-1.1-py3-none-any.whl.metadata").write_text(OLDER_METADATA)
+    page = HTML_PAGE.format(digest=hashlib.sha256(OLDER_METADATA.encode()).hexdigest()).encode()
+    if local_index is not None:
+        local_index.raw("older", page, content_type="text/html")
+    else:
+        (root / "simple" / "older").mkdir(parents=True)
+        (root / "simple" / "older" / "index.html").write_bytes(page)
+
+
+def test_an_index_that_answers_html_is_read_as_pip_reads_it(local_index):
+    _html_index(local_index.root, local_index)
+    info = _lookup(local_index, "older")
+    # 1.2 is yanked; the page has no upload times, the metadata file the rest.
+    assert (info.state, info.version, info.released) == ("found", "1.1", "")
+    assert (info.summary, info.requires, info.wheel) == ("From an HTML index", ("six",), True)
+
+
+def test_a_file_index_is_read_from_its_directory_only(tmp_path):
+    _html_index(tmp_path / "mirror")
+    url = (tmp_path / "mirror" / "simple").as_uri() + "/"
+    info = lookup("older", indexes=[url], python=PY311)
+    assert (info.state, info.version, info.summary) == ("found", "1.1", "From an HTML index")
+    assert lookup("absent", indexes=[url], python=PY311).state == "missing"
+    # A page that links outside the mirror's folder gets nothing read from there.
+    page = tmp_path / "mirror" / "simple" / "older" / "index.html"
+    page.write_text('<a href="/etc/hosts" data-core-metadata="true">older-2.0-py3-none-any.whl</a>')
+    assert lookup("older", indexes=[url], python=PY311).dependencies is None
 
 
 def test_odd_file_entries_are_skipped(local_index):

@@ -2,7 +2,8 @@
 API (PEP 691) for the files and their upload times (PEP 700), and the core metadata file
 next to a distribution (PEP 658/714) for its summary, licence and requirements. Works
 against PyPI and any mirror that serves those (devpi, Artifactory, a static directory of
-JSON files).
+JSON files); an index that answers the older HTML form (PEP 503, also from a file:// directory
+as pip reads it) gives what that form says, which has no upload times.
 
 No Django: the index URLs, the target Python and the limits come in as arguments
 (toolhub.packages.services passes the settings). Every answer is bounded in size and time,
@@ -24,7 +25,10 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from email.message import Message
 from email.parser import BytesHeaderParser
+from html.parser import HTMLParser
+from pathlib import Path
 from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -39,6 +43,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+SIMPLE_HTML = "application/vnd.pypi.simple.v1+html"
 # A project page lists every file of every release: boto3's is ~2 MB on PyPI.
 MAX_PAGE_BYTES = 16 * 1024 * 1024
 MAX_METADATA_BYTES = 1024 * 1024
@@ -46,6 +51,7 @@ MAX_SUMMARY_CHARS = 300
 MAX_LICENSE_CHARS = 100
 MAX_VERSION_CHARS = 64
 MAX_REQUIRES_SHOWN = 20
+MAX_HTML_FILES = 20_000
 
 # States of a lookup.
 FOUND = "found"
@@ -126,7 +132,9 @@ def _project_page(index: str, name: str, context: ssl.SSLContext, deadline: floa
         if exc.code in (404, 410):
             raise _NotFound from None
         raise _Failed("status", str(exc.code)) from None
-    # An index without PEP 691 answers HTML (which pip would read, but names no upload times).
+    if content_type in ("text/html", SIMPLE_HTML):
+        # An index without PEP 691 answers HTML, which pip reads too (no upload times in it).
+        return {"files": _html_files(body)}, url
     if content_type not in (SIMPLE_JSON, "application/json"):
         raise _Failed("not_json", content_type[:80])
     try:
@@ -138,10 +146,78 @@ def _project_page(index: str, name: str, context: ssl.SSLContext, deadline: floa
     return page, url
 
 
+class _Anchors(HTMLParser):
+    """The files of a PEP 503 project page: each anchor's text, href and data- attributes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files: list[dict] = []
+        self._open: dict | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a" and len(self.files) < MAX_HTML_FILES:
+            found = dict(attrs)
+            href = found.get("href") or ""
+            metadata = found.get("data-core-metadata", found.get("data-dist-info-metadata"))
+            self._open = {
+                "url": href, "filename": unquote(urlsplit(href).path.rsplit("/", 1)[-1]),
+                "yanked": "data-yanked" in found,
+                "core-metadata": _html_hash(metadata) if metadata is not None else False,
+            }
+            self.files.append(self._open)
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None and data.strip():
+            self._open["filename"] = data.strip()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a":
+            self._open = None
+
+
+def _html_hash(value: str | None) -> dict | bool:
+    # "sha256=<hex>" names the metadata file's hash; "true" only says there is one.
+    name, _, digest = (value or "").partition("=")
+    return {name: digest} if digest else value not in ("", "false")
+
+
+def _html_files(body: bytes) -> list[dict]:
+    parser = _Anchors()
+    try:
+        parser.feed(body.decode("utf-8", errors="replace"))
+        parser.close()
+    except (ValueError, AssertionError):
+        raise _Failed("unreadable") from None
+    return parser.files
+
+
+def _read_file(url: str, index: str, limit: int) -> tuple[bytes, str]:
+    """A page or metadata file of a file:// index (pip reads those too): only below the folder
+    that holds the index (its pages link to ../../files), and never more than `limit`."""
+    root = Path(unquote(urlsplit(index).path)).resolve().parent
+    path = Path(unquote(urlsplit(url).path)).resolve()
+    if path.is_dir():
+        path = path / "index.html"
+    if not path.is_relative_to(root):
+        raise _Failed("unreadable")
+    try:
+        with path.open("rb") as handle:
+            body = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise urllib.error.HTTPError(url, 404, "not found", Message(), None) from None
+    except OSError:
+        raise _Failed("unreachable", str(root)) from None
+    if len(body) > limit:
+        raise _Failed("too_large")
+    return body, "text/html" if path.suffix == ".html" else "application/octet-stream"
+
+
 def _get(
     url: str, index: str, context: ssl.SSLContext, deadline: float, limit: int, accept: str = "*/*",
 ) -> tuple[bytes, str]:
     parts = urlsplit(url)
+    if parts.scheme == "file" and urlsplit(index).scheme == "file":
+        return _read_file(url, index, limit)
     if parts.scheme not in ("http", "https"):
         raise _Failed("unreadable")
     request = urllib.request.Request(redact(url), headers={"Accept": accept, "User-Agent": "ToolHub"})
