@@ -62,6 +62,11 @@ QUEUE_FAILED = "No worker could take the build (the broker is unavailable); pres
 INTERRUPTED = "The build was interrupted (its worker stopped); press Retry to build again."
 NOT_TAKEN = "No worker took the build although its task was sent %(sends)s times (is a worker serving the %(queue)s queue?); press Retry to build again."
 OVERDUE = "The build made no progress for longer than a build may take; press Retry to build again."
+AWAITING_REVIEW = "Waiting for an admin to review it: it would receive %(what)s."
+REVIEW_SECRETS = "the secret Valves %(names)s"
+REVIEW_GRANT = "the network egress grant"
+REVIEW_BOTH = "the secret Valves %(names)s and the network egress grant"
+REVIEW_REJECTED = "Rejected in review by %(admin)s: %(reason)s"
 
 # A worker running a step beats this often; one silent for STEP_DEAD_AFTER_SECONDS has stopped.
 STEP_HEARTBEAT_SECONDS = 5.0
@@ -338,7 +343,7 @@ def ready(*, revision: Revision, tools: list, valves_schema: dict | None, user_v
     revision.traceback = ""
     held_for = review_needed(revision)
     if held_for:
-        revision.set_status(Status.AWAITING_REVIEW, "Waiting for an admin to review it: it would receive " + " and ".join(held_for) + ".")
+        revision.set_status(Status.AWAITING_REVIEW, AWAITING_REVIEW % {"what": held_for})
         revision.save()
         return
     revision.set_status(Status.READY, "")
@@ -350,19 +355,16 @@ def ready(*, revision: Revision, tools: list, valves_schema: dict | None, user_v
 # Reviews
 
 
-def review_needed(revision: Revision) -> list[str]:
+def review_needed(revision: Revision) -> str:
     """What an admin entrusted the toolkit with that this revision would receive, when no
-    admin uploaded or approved it: then it must wait for review (empty when it need not)."""
+    admin uploaded or approved it: then it must wait for review ("" when it need not)."""
     if revision.entrusted:
-        return []
+        return ""
     toolkit = Toolkit.objects.get(pk=revision.toolkit_id)
-    held_for = []
-    secrets = admin_secrets_set(toolkit)
-    if secrets:
-        held_for.append("the secret Valves " + ", ".join(secrets))
-    if toolkit.egress_granted:
-        held_for.append("the network egress grant")
-    return held_for
+    names = ", ".join(admin_secrets_set(toolkit))
+    if names:
+        return (REVIEW_BOTH if toolkit.egress_granted else REVIEW_SECRETS) % {"names": names}
+    return REVIEW_GRANT if toolkit.egress_granted else ""
 
 
 def review_decide(*, revision_id: int, user: User, approve: bool, reason: str = "") -> Revision | None:
@@ -380,7 +382,7 @@ def review_decide(*, revision_id: int, user: User, approve: bool, reason: str = 
             _set(revision, Status.READY, "", *fields)
             promote(revision=revision)
         else:
-            _set(revision, Status.REJECTED, f"Rejected in review by {user.username}: {reason}", *fields)
+            _set(revision, Status.REJECTED, REVIEW_REJECTED % {"admin": user.username, "reason": reason}, *fields)
     return revision
 
 

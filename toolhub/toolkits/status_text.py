@@ -51,6 +51,12 @@ FORMS = [
     gettext_noop("%(name)s failed to build"),
     gettext_noop("%(tool)s failed: %(error)s"),
     gettext_noop("%(tool)s exited with status %(status)s"),
+    # Reviews (lifecycle.review_needed, review_decide); the more specific form first.
+    gettext_noop("Waiting for an admin to review it: it would receive %(what)s."),
+    gettext_noop("the secret Valves %(names)s and the network egress grant"),
+    gettext_noop("the secret Valves %(names)s"),
+    gettext_noop("the network egress grant"),
+    gettext_noop("Rejected in review by %(admin)s: %(reason)s"),
 ]
 # Why an egress allowlist entry is refused (toolhub/sandbox/egress/rules.py, which has no
 # Django), shown on the toolkit's egress form.
