@@ -15,11 +15,11 @@ The distributions:
   while the gate file exists, so a test can catch a build in the middle.
 
 Builds run in the build sandbox (toolhub/sandbox/build.py), which sees the wheelhouse
-read-only and nothing else of the tests' files, so build code reports over an abstract UNIX
-socket (`Reports`; the steps that run package code share the host's network namespace, where
-abstract sockets live). The receiving end learns the sender's host pid and uid from the
-kernel (SO_PEERCRED), not from what the build code says, and appends one JSON line per report
-to a file. The gate file lies in the wheelhouse, which the sandbox can read.
+read-only and nothing else of the tests' files (and, offline, no network), so build code
+reports over a UNIX socket in the wheelhouse (`Reports`; a socket on a read-only mount can
+still be connected to). The receiving end learns the sender's host pid and uid from the kernel
+(SO_PEERCRED), not from what the build code says, and appends one JSON line per report to a
+file. The gate file lies in the wheelhouse too.
 
 All of them use the small in-tree build backend below, because setuptools would have to come
 from an index and the tests have none.
@@ -73,7 +73,12 @@ def _config():
 
 def _probe(path):
     try:
-        if os.path.isdir(path):
+        if path.startswith("tcp:"):
+            import socket
+
+            _, host, port = path.split(":")
+            socket.create_connection((host, int(port)), timeout=2).close()
+        elif os.path.isdir(path):
             os.listdir(path)
         else:
             with open(path, "rb") as handle:
@@ -96,7 +101,7 @@ def _report(config, hook):
         "probes": {path: _probe(path) for path in config.get("probes", [])},
     }
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as channel:
-        channel.connect("\0" + config["socket"])
+        channel.connect(config["socket"])
         channel.sendall(json.dumps(report).encode())
         channel.shutdown(socket.SHUT_WR)
         channel.recv(16)
@@ -192,14 +197,16 @@ backend-path = ["."]
 
 
 class Reports:
-    """Receives what package build code reports (`_report` in the backend above) on an abstract
-    UNIX socket and appends it, with the sender's host pid and uid, to `path` as JSON lines."""
+    """Receives what package build code reports (`_report` in the backend above) on the UNIX
+    socket `name` (a path anyone may connect to) and appends it, with the sender's host pid and
+    uid, to `path` as JSON lines."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, name: Path) -> None:
         self.path = path
-        self.name = f"toolhub-test-reports-{os.getpid()}-{secrets.token_hex(4)}"
+        self.name = str(name)
         self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._server.bind("\0" + self.name)
+        self._server.bind(self.name)
+        name.chmod(0o777)
         self._server.listen(16)
         threading.Thread(target=self._serve, daemon=True, name="build-reports").start()
 
@@ -220,10 +227,12 @@ class Reports:
 _reports: dict[Path, Reports] = {}
 
 
-def reports_to(path: Path) -> Reports:
-    """The receiver that appends to `path` (one per file for the whole test session)."""
+def reports_to(path: Path, wheelhouse: Path) -> Reports:
+    """The receiver that appends to `path`, listening in `wheelhouse` (one per file for the
+    whole test session)."""
     if path not in _reports:
-        _reports[path] = Reports(path)
+        wheelhouse.mkdir(parents=True, exist_ok=True)
+        _reports[path] = Reports(path, wheelhouse / f"reports-{secrets.token_hex(4)}.sock")
     return _reports[path]
 
 
@@ -260,7 +269,9 @@ def readable_by_others(top: Path) -> None:
     for directory, _subdirs, files in os.walk(top):
         os.chmod(directory, 0o755)
         for name in files:
-            os.chmod(os.path.join(directory, name), 0o644)
+            path = Path(directory, name)
+            if path.is_file():  # not the reports socket, which stays open to all
+                path.chmod(0o644)
 
 
 @dataclass(frozen=True)
@@ -325,7 +336,7 @@ def build_demo_index(directory: Path) -> DemoIndex:
     index = DemoIndex(
         wheelhouse=wheelhouse, gate=wheelhouse / "toolhub-demo-slow.gate", build_record=directory / "slow.jsonl"
     )
-    reports = reports_to(index.build_record)
+    reports = reports_to(index.build_record, wheelhouse)
     projects = directory / "projects"
     wheel_projects = [
         write_project(

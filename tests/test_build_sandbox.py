@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import connection
 
 from tests.conftest import toolkit_source
 from tests.env_fixtures import (
@@ -41,7 +42,7 @@ HOOKS = {"get_requires_for_build_wheel", "prepare_metadata_for_build_wheel", "bu
 
 
 class HostileIndex:
-    def __init__(self, directory: Path, bait: dict[str, Path]) -> None:
+    def __init__(self, directory: Path, bait: dict[str, str]) -> None:
         self.wheelhouse = directory / "wheelhouse"
         self.record = directory / "reports.jsonl"
         self.bait = bait
@@ -52,10 +53,16 @@ class HostileIndex:
         return [json.loads(line) for line in self.record.read_text().splitlines()]
 
 
+def _database_address() -> str:
+    database = connection.settings_dict
+    return f"tcp:{database['HOST']}:{database['PORT'] or 5432}" if database["HOST"] else ""
+
+
 @pytest.fixture(scope="module")
-def bait() -> dict[str, Path]:
+def bait() -> dict[str, str]:
     """World-readable things in the data directory a build must not see: a settings file
-    with a secret, a directory anyone may list, another environment. Removed afterwards."""
+    with a secret, a directory anyone may list, another environment; and the database's port
+    (the builds here are offline, so they have no network). Removed afterwards."""
     data = Path(django_settings.DATA_DIR)
     env_file = data / "toolhub.env"
     assert not env_file.exists(), f"{env_file} exists; this test writes its own"
@@ -66,15 +73,16 @@ def bait() -> dict[str, Path]:
         directory.chmod(0o755)
     env_file.write_text(f"SECRET_KEY={secrets.token_urlsafe(30)}\n")
     env_file.chmod(0o644)
-    yield {"env_file": env_file, "data_dir_entry": listable, "other_environment": other_environment,
-           "shadow": Path("/etc/shadow")}
+    found = {"env_file": env_file, "data_dir_entry": listable, "other_environment": other_environment,
+             "shadow": "/etc/shadow", "database": _database_address()}
+    yield {name: str(place) for name, place in found.items() if place}
     env_file.unlink()
     listable.rmdir()
     other_environment.rmdir()
 
 
 @pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory, bait: dict[str, Path]) -> HostileIndex:
+def hostile(tmp_path_factory: pytest.TempPathFactory, bait: dict[str, str]) -> HostileIndex:
     directory = tmp_path_factory.mktemp("hostile-index")
     index = HostileIndex(directory, bait)
     index.wheelhouse.mkdir()
@@ -88,9 +96,9 @@ def hostile(tmp_path_factory: pytest.TempPathFactory, bait: dict[str, Path]) -> 
     evil = write_project(projects / "evil", {
         "name": "evil-dep", "version": "1.0",
         "files": {"evil_dep/__init__.py": "VALUE = 'evil'\n"},
-        "socket": reports_to(index.record).name,
+        "socket": reports_to(index.record, index.wheelhouse).name,
         "report_hooks": sorted(HOOKS),
-        "probes": [str(path) for path in bait.values()],
+        "probes": list(bait.values()),
     })
     build_wheel(nice, index.wheelhouse)
     build_sdist(evil, index.wheelhouse)
@@ -125,10 +133,14 @@ def _revision(toolkit) -> Revision:
 
 def test_the_bait_is_readable_by_the_build_user_outside_the_sandbox(bait):
     # Without this, the probes below failing would prove nothing about the sandbox.
-    probe = "import os, sys; open(sys.argv[1]).read(); os.listdir(sys.argv[2]); os.listdir(sys.argv[3]); print('read')"
+    probe = (
+        "import os, socket, sys; open(sys.argv[1]).read(); os.listdir(sys.argv[2]); os.listdir(sys.argv[3]); "
+        "_, host, port = (sys.argv[4] or 'tcp:127.0.0.1:0').split(':'); "
+        "sys.argv[4] and socket.create_connection((host, int(port)), timeout=5).close(); print('read')"
+    )
     done = subprocess.run(
         [django_settings.TOOLHUB_INTERPRETER, "-I", "-c", probe,
-         str(bait["env_file"]), str(bait["data_dir_entry"]), str(bait["other_environment"])],
+         bait["env_file"], bait["data_dir_entry"], bait["other_environment"], bait.get("database", "")],
         user=django_settings.TOOLHUB_BUILD_USER, capture_output=True, text=True, timeout=30,
     )
     assert done.stdout.strip() == "read", done.stderr
@@ -199,7 +211,7 @@ def test_an_allowed_source_build_runs_unprivileged_in_the_sandbox_and_sees_nothi
     assert build_uid != 0
     for report in reports:
         assert report["host_uid"] == report["uid"] == build_uid, report
-        assert report["probes"] == {str(path): False for path in hostile_links.bait.values()}, report
+        assert report["probes"] == dict.fromkeys(hostile_links.bait.values(), False), report
         assert not {"SECRET_KEY", "DATABASE_URL", "REDIS_URL", "TOOLHUB_ENCRYPTION_KEYS"} & set(report["env"])
     # The environment it built belongs to the worker's account, readable, not writable, by others.
     env = Path(django_settings.TOOLHUB_ENVIRONMENTS_DIR) / revision.environment_key

@@ -44,9 +44,10 @@ With a `sandbox` (`toolhub.sandbox.build.BuildSandbox`; the worker always passes
 step runs in bubblewrap as the build user and sees only: ToolHub's own virtualenv (pip-tools,
 uv), the interpreter, the local wheelhouses and file:// indexes and the CA bundle of
 `IndexSettings`, read-only; its own scratch directory, the environment being built and the
-download cache, read-write. The lock and the install have the host's network (to reach the
-index); creating the virtualenv and byte-compiling it (where a wheel's `.pth` code runs) have
-none. The finished environment is given back to the worker's account before it is published.
+download cache, read-write. The lock and the install have the host's network when the index
+settings name a place that is not on this host (`IndexSettings.needs_network`), none when
+every index and wheelhouse is local; creating the virtualenv and byte-compiling it (where a
+wheel's `.pth` code runs) never have any. The finished environment is given back to the worker's account before it is published.
 `sandbox=None` runs the steps directly, for tests of this module alone.
 
 Binary-only (`IndexSettings.only_binary`) refuses every source distribution except those of
@@ -159,6 +160,14 @@ class IndexSettings:
         if not self.only_binary:
             return []
         return ["--only-binary=:all:", *(f"--no-binary={name}" for name in sorted(self.source_packages))]
+
+    def needs_network(self) -> bool:
+        """Whether locking and installing must reach the network: some index or find-links
+        location is not on this host (no index given means PyPI)."""
+        places = [*self.find_links]
+        if not self.no_index:
+            places += [self.index_url or "https://pypi.org/simple", *self.extra_index_urls]
+        return any(urlsplit(place).scheme not in ("", "file") for place in places)
 
     def local_paths(self) -> list[str]:
         """The host directories and files these settings read packages from (a build sandbox
@@ -311,6 +320,7 @@ def compile_lock(
         stage="lock",
         sandbox=confined,
         writable=(workdir, cache),
+        network=index.needs_network(),
     )
     text = _read_regular(output)
     if result.returncode != 0 or text is None:
@@ -583,7 +593,7 @@ def _build(
                     str(lock_file),
                 ],
                 "uv pip install",
-                network=True,
+                network=index.needs_network(),
                 writable=[partial, cache_dir],
             )
             # The sandbox runs with PYTHONDONTWRITEBYTECODE on a read-only mount, so compile

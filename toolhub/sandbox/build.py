@@ -10,7 +10,8 @@ runs in bubblewrap as the unprivileged build user (``toolhub-build``, made by
   user namespace, with ``no_new_privs``, no nested user namespaces and the run sandbox's seccomp
   filter.
 - Namespaces: user, pid, IPC, UTS and cgroup are new; the network is the host's when the step
-  needs the index (the lock and the install), a new empty one otherwise (creating the virtualenv,
+  needs the index (the lock and the install, when an index or wheelhouse is not on this host),
+  a new empty one otherwise (creating the virtualenv,
   byte-compiling, where a wheel's ``.pth`` code can run). A step with the network can reach what
   the host reaches, loopback services included: that is why no package's code runs in such a
   step unless an admin allowed a source build of that package (binary-only is the default).
