@@ -174,6 +174,15 @@ def test_an_unknown_status_shows_the_pending_packages(client, admin, sizes):
     assert "<script>" not in response.content.decode()
 
 
+def test_the_pages_of_a_status_keep_that_status(client, admin):
+    Package.objects.bulk_create(Package(name=f"pkg-{i:02d}", status=Approval.REJECTED) for i in range(51))
+    client.force_login(admin)
+    first = client.get("/packages/?status=rejected").content.decode()
+    assert "Page 1 of 2" in first and 'href="?status=rejected&amp;page=2" rel="next"' in first
+    second = client.get("/packages/?status=rejected&page=2").content.decode()
+    assert "<code>pkg-50</code>" in second and 'href="?status=rejected&amp;page=1" rel="prev"' in second
+
+
 def test_an_invalid_constraint_is_refused_and_changes_nothing(client, admin, sizes, bars, django_capture_on_commit_callbacks):
     client.force_login(admin)
     with django_capture_on_commit_callbacks() as callbacks:

@@ -539,6 +539,19 @@ def test_the_history_filters_by_toolkit_tool_user_and_status(client, toolkit, up
     assert shown("status=bogus") == {"carol-run", "bob-run", "ping-run", "calc-run"}
 
 
+def test_the_history_pages_keep_their_filters(client, toolkit, carol, bob, admin):
+    for i in range(26):
+        made(toolkit, carol, arguments={"string": f"carol-{i}"}, status=RunStatus.SUCCEEDED)
+    made(toolkit, bob, arguments={"string": "bob-run"}, status=RunStatus.SUCCEEDED)
+    client.force_login(admin)
+    first = client.get("/history/?user=carol&status=succeeded").content.decode()
+    assert "Page 1 of 2" in first
+    assert 'href="?user=carol&amp;status=succeeded&amp;page=2" rel="next"' in first
+    second = client.get("/history/?user=carol&status=succeeded&page=2").content.decode()
+    assert "Page 2 of 2" in second and "bob-run" not in second
+    assert 'href="?user=carol&amp;status=succeeded&amp;page=1" rel="prev"' in second
+
+
 def _count_queries(client, url: str) -> int:
     with CaptureQueriesContext(connection) as queries:
         assert client.get(url).status_code == 200

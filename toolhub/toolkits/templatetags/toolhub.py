@@ -79,3 +79,11 @@ def pending_packages(context) -> int:
 def status_detail(text):
     """A revision's stored status detail in the page's language: `{{ revision.status_detail|status_detail }}`."""
     return translate_detail(text or "")
+
+
+@register.simple_tag(takes_context=True)
+def page_query(context, number) -> str:
+    """`?…page=N`: the request's query string (a search, filters) with another page number."""
+    params = context["request"].GET.copy()
+    params["page"] = number
+    return "?" + params.urlencode()
