@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -149,8 +150,9 @@ def _open_to_others(root: Path) -> None:
                 os.chmod(path, 0o755 if os.access(path, os.X_OK) else 0o644)
 
 
-@pytest.fixture(scope="session")
-def sandbox_env() -> Iterator[Path]:
+@contextmanager
+def _environment(*requirements: str) -> Iterator[Path]:
+    """A throwaway environment with pydantic and `requirements`, from the wheelhouse."""
     require_sandbox()
     base = Path(tempfile.mkdtemp(prefix="toolhub-sandbox-env-", dir="/tmp"))
     base.chmod(0o755)
@@ -177,12 +179,25 @@ def sandbox_env() -> Iterator[Path]:
     # before the tests (CI does) keeps them offline.
     try:
         subprocess.run([str(UV), "venv", "-q", "--python", str(INTERPRETER), str(env_dir)], env=uv_env, check=True)
-        subprocess.run([str(UV), *install, "-q", "pydantic>=2"], env=uv_env, check=True)
+        subprocess.run([str(UV), *install, "-q", "pydantic>=2", *requirements], env=uv_env, check=True)
         shutil.rmtree(base / "uv-cache", ignore_errors=True)
         _open_to_others(env_dir)
         yield env_dir
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def sandbox_env() -> Iterator[Path]:
+    with _environment() as env_dir:
+        yield env_dir
+
+
+@pytest.fixture(scope="session")
+def sandbox_env_with_humanize() -> Iterator[Path]:
+    """An environment with one package beyond the runtime's own (humanize, pure Python)."""
+    with _environment("humanize") as env_dir:
+        yield env_dir
 
 
 @pytest.fixture(scope="session")

@@ -466,3 +466,51 @@ def test_the_memory_budget_holds_for_every_pool_of_the_host(
         check=True, cwd=Path(__file__).resolve().parents[1],
     )
     assert budget.used() == 0
+
+
+def test_the_parent_imports_the_environments_packages_and_never_a_toolkit(
+    tmp_path: Path, sandbox_env_with_humanize: Path, sandbox_runtime: Path, pool: WarmPool
+) -> None:
+    # What the call finds already imported when its toolkit starts loading, and what it leaves.
+    source = """
+    import sys
+    mine = sorted(n for n, m in list(sys.modules.items()) if str(getattr(m, "__file__", "")).startswith("/opt/toolkit"))
+    found = {
+        "humanize": "humanize" in sys.modules,
+        "humanize_from": str(getattr(sys.modules.get("humanize"), "__file__", "")),
+        "left_by_last": "xml.dom.minidom" in sys.modules,
+        "marked": getattr(sys.modules.get("humanize"), "LEFT_BY_A_CALL", False),
+        "toolkit_modules": mine,
+        "me": __name__,
+    }
+    import humanize
+    import xml.dom.minidom
+    humanize.LEFT_BY_A_CALL = True
+
+    class Tools:
+        def go(self) -> dict:
+            return found
+    """
+
+    def run() -> dict:
+        path = tmp_path / f"toolkit-{uuid.uuid4().hex[:8]}.py"
+        path.write_text(textwrap.dedent(source))
+        return _result(pool.run(
+            interpreter_env=sandbox_env_with_humanize, runtime_dir=sandbox_runtime, source_path=path,
+            request={"op": "invoke", "source_path": "/opt/toolkit/toolkit.py", "tool": "go", "arguments": {}},
+            limits=LIMITS, on_message=lambda message: None,
+        ))
+
+    first = run()
+    sandbox = _only_sandbox(pool)
+    assert "humanize" in sandbox.preloaded and "pydantic" not in sandbox.preloaded
+    second = run()
+    assert _only_sandbox(pool) is sandbox and sandbox.calls == 2
+    for found in (first, second):
+        # Imported by the parent, from the environment: the call inherits it.
+        assert found["humanize"] and found["humanize_from"].startswith("/opt/env/"), found
+        # The toolkit is loaded by the call's own process only: the one module from
+        # /opt/toolkit is the one being loaded, never one the parent holds.
+        assert found["toolkit_modules"] == [found["me"]], found
+    # What the first call imported or changed died with its process.
+    assert not second["left_by_last"] and not second["marked"], second

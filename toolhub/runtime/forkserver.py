@@ -1,7 +1,8 @@
 """The long-lived parent of a warm sandbox: `python -I /opt/runtime/forkserver.py`.
 
-It runs as pid 1 of the sandbox's pid namespace, imports the runtime and pydantic once, and then
-serves calls one at a time over its stdin, which is a UNIX socket to the host. It never imports
+It runs as pid 1 of the sandbox's pid namespace, imports the runtime, pydantic and the packages
+installed in the environment once (import only, see ``_preload_environment``), and then serves
+calls one at a time over its stdin, which is a UNIX socket to the host. It never imports
 or runs a toolkit itself: for each call it forks a child, and only that child, made for that one
 call, loads the toolkit and answers the request (``runner.main``, exactly as a cold sandbox's
 ``main.py`` does). After the child is gone it kills every other process in the namespace, reaps
@@ -12,7 +13,8 @@ the host then retires the sandbox.
 Control messages are JSON lines; descriptors travel as SCM_RIGHTS:
 
     host -> here   {"op": "call", "limits": {...}}  + fds [stdin, stdout, stderr, source memfd]
-    here -> host   {"op": "ready"}                   once, after the imports
+    here -> host   {"op": "ready", "preloaded": [...]}  once, after the imports (the names of
+                                                     the environment's packages imported too)
                    {"op": "started", "pid": N}       + fd [pidfd of the call's process]
                    {"op": "done", "status": W, "utime": s, "stime": s, "maxrss": kb,
                     "problems": [...]}
@@ -36,6 +38,7 @@ import shutil
 import signal
 import socket
 import sys
+import time
 
 PACKAGE = "toolhub_runtime"
 WRITABLE = ("/tmp", "/dev/shm", "/opt/toolkit")
@@ -103,6 +106,72 @@ def _preload() -> None:
         sys.modules.pop(loader.MODULE_NAME, None)
 
 
+# The environment's own packages, imported here before the first call so that no call pays for
+# them: import only (never a toolkit), each tried first in a child of its own, and imported here
+# only if that import succeeded within _PRELOAD_TRY_SECONDS and left the child with one thread
+# (a fork of a process with more threads could deadlock).
+_PRELOAD_TRY_SECONDS = 5.0
+_PRELOAD_SECONDS = 15.0
+ENV_PREFIX = "/opt/env/"
+
+
+def _environment_modules() -> list[str]:
+    """The top-level modules of the distributions installed in the environment, from their
+    metadata (``top_level.txt``, else the top-level names their RECORD lists)."""
+    from importlib import metadata
+
+    site = [path for path in sys.path if path.startswith(ENV_PREFIX)]
+    names: set[str] = set()
+    for distribution in metadata.distributions(path=site):
+        listed = distribution.read_text("top_level.txt")
+        if listed:
+            names.update(listed.split())
+            continue
+        for entry in distribution.files or []:
+            parts = entry.parts
+            if len(parts) > 1 or parts[0].endswith(".py"):
+                names.add(parts[0].removesuffix(".py"))
+    return sorted(name for name in names if name.isidentifier() and not name.startswith("_") and name not in sys.modules)
+
+
+def _preload_environment() -> list[str]:
+    loaded = []
+    deadline = time.monotonic() + _PRELOAD_SECONDS
+    for name in _environment_modules():
+        if time.monotonic() > deadline:
+            break
+        if not _imports_cleanly(name):
+            continue
+        try:
+            importlib.import_module(name)
+        except BaseException:  # noqa: BLE001 - a package that fails here is simply not preloaded
+            sys.modules.pop(name, None)
+            continue
+        loaded.append(name)
+    return loaded
+
+
+def _imports_cleanly(name: str) -> bool:
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            importlib.import_module(name)
+            code = 0 if len(os.listdir("/proc/self/task")) == 1 else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + _PRELOAD_TRY_SECONDS
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) == 0
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return False
+        time.sleep(0.01)
+
+
 def main() -> None:
     # No handler for anything: pid 1 then ignores every signal sent from inside the namespace.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -113,7 +182,19 @@ def main() -> None:
     os.close(devnull)
     _load_package()
     _preload()
-    _send(control, {"op": "ready"})
+    # Whatever the packages print while they load goes nowhere (the host reads stderr only when
+    # the sandbox fails to start), and whatever they leave in /tmp is removed.
+    stderr = os.dup(2)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 2)
+    os.close(quiet)
+    try:
+        preloaded = _preload_environment()
+    finally:
+        os.dup2(stderr, 2)
+        os.close(stderr)
+    _clean()
+    _send(control, {"op": "ready", "preloaded": preloaded})
     buffer = b""
     while True:
         message, fds, buffer = _receive(control, buffer)

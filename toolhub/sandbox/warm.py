@@ -1,6 +1,6 @@
 """Warm sandboxes: a bubblewrap sandbox started ahead of need, whose long-lived parent
-(``toolhub/runtime/forkserver.py``, pid 1 inside) has the runtime and pydantic imported and forks
-one child per call. A call then pays a ``fork`` instead of bubblewrap's and CPython's start-up.
+(``toolhub/runtime/forkserver.py``, pid 1 inside) has the runtime, pydantic and the environment's
+packages imported (import only) and forks one child per call. A call then pays a ``fork`` instead of bubblewrap's and CPython's start-up.
 
 Invariants, and what holds each:
 
@@ -188,6 +188,8 @@ class WarmSandbox:
     estimate: int = DEFAULT_SANDBOX_ESTIMATE
     # The PSS of its processes once ready (what the budget counts it at).
     memory_bytes: int = 0
+    # The environment's packages its parent imported at start (besides the runtime and pydantic).
+    preloaded: list[str] = field(default_factory=list)
     calls: int = 0
     started_at: float = 0.0
     last_used: float = 0.0
@@ -304,6 +306,7 @@ class WarmSandbox:
         if message is None or message.get("op") != "ready":
             stderr = self._stderr_tail()
             raise SandboxUnavailable(f"the warm sandbox did not start: {stderr or message}")
+        self.preloaded = [str(name) for name in message.get("preloaded") or []]
 
     def _argv(self, *, seccomp_fd: int) -> list[str]:
         limits = self.limits
