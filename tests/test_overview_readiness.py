@@ -126,3 +126,22 @@ def test_a_revision_awaiting_review_says_so(client, admin, alice, upload):
     # The review queue, at this revision (its own URL takes the decision, by POST only).
     assert f'href="/packages/reviews/#review-{second.pk}"' in block
     assert f'id="review-{second.pk}"' in client.get("/packages/reviews/").content.decode()
+
+
+
+# Every open Overview asks for its block every 2 s while the revision is on its way.
+POLL_QUERIES = 6
+
+
+def test_the_polled_block_makes_the_same_queries_for_two_packages_or_eight(client, admin, alice, upload, django_assert_num_queries):
+    names = [f"pkg{i}" for i in range(8)]
+    upload(alice, toolkit_source("Two", ", ".join(names[:2])), slug="two")
+    upload(alice, toolkit_source("Eight", ", ".join(names)), slug="eight")
+    client.force_login(admin)
+    for name in names[1::2]:
+        client.post(DECIDE, {"name": name, "action": "reject", "reason": "No."})
+    client.force_login(alice)
+    for slug in ("two", "eight"):
+        with django_assert_num_queries(POLL_QUERIES):
+            block = _block(client.get(f"/toolkits/{slug}/readiness/?seen=awaiting_approval").content.decode())
+        assert "rejected by admin" in block
