@@ -11,6 +11,7 @@ from django.utils import timezone
 from tests.conftest import start_worker
 from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes
 from toolhub.runs.models import Invocation, RunStatus
+from toolhub.runs.tasks import run_invocation
 from toolhub.runs.warming import warm_from_history
 from toolhub.toolkits import sandboxing
 from toolhub.toolkits.building import revision_environment
@@ -116,3 +117,17 @@ def test_a_starting_worker_warms_from_the_recent_history(recent_toolkit, tmp_pat
             time.sleep(0.2)
     finally:
         worker.kill()
+
+
+@pytest.mark.sandbox
+@pytest.mark.django_db(transaction=True)
+def test_a_call_that_finds_no_room_in_the_memory_budget_runs_cold(recent_toolkit, warm_pool_here, settings, alice):
+    # Less than any warm sandbox needs: the call must still run, in a cold sandbox.
+    settings.TOOLHUB_SANDBOX_WARM_MEMORY_MB = 1
+    invocation = Invocation.objects.create(
+        toolkit=recent_toolkit, revision=recent_toolkit.current_revision, tool="go", arguments={}, user=alice
+    )
+    run_invocation.run(str(invocation.id))
+    invocation.refresh_from_db()
+    assert invocation.status == RunStatus.SUCCEEDED and invocation.result == "x", invocation.error
+    assert sandboxing.warm_pool().idle() == [] and sandboxing.warm_pool().started == 0
