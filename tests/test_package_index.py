@@ -343,6 +343,17 @@ def test_the_api_refuses_an_unknown_name_unless_confirmed(client, admin, bearer,
     assert response.status_code == 200 and response.json()["status"] == "approved"
 
 
+def test_the_api_lists_what_the_index_says(client, admin, bearer, waiting):
+    _check_all()
+    items = {p["name"]: p["index"] for p in client.get("/api/v1/packages", **bearer(admin)).json()["items"]}
+    humanize = items["humanize"]
+    assert (humanize["state"], humanize["version"], humanize["released"]) == ("found", "4.9.0", "2023-11-02T09:29:00.000000Z")
+    assert (humanize["license"], humanize["wheel"], humanize["dependencies"], humanize["requires"]) == ("MIT", True, 1, ["colorama"])
+    assert humanize["checked_at"] and humanize["index"] == waiting.url
+    assert items["humanise-typo"]["state"] == "missing"
+    assert (items["foo-bar"]["wheel"], items["foo-bar"]["dependencies"]) == (False, None)
+
+
 def test_an_unknown_name_confirmed_lets_the_revision_build(client, admin, alice, upload, local_index, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks():
         toolkit = upload(alice, toolkit_source("Typo", "humanise-typo"), slug="typo")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from ninja import Schema
@@ -112,11 +113,33 @@ class PackageRequestOut(Schema):
     specifier: str
 
 
+class PackageIndexOut(Schema):
+    """What the package index said about the name (the approval queue's information)."""
+
+    state: Literal["unchecked", "checking", "found", "missing", "error"]
+    checked_at: datetime | None
+    # The index that answered (never with credentials).
+    index: str
+    version: str
+    # ISO 8601 upload time of the latest release (PEP 700), "" when the index names none.
+    released: str
+    summary: str
+    license: str
+    # A wheel of the latest release installs on the target Python; null without any file.
+    wheel: bool | None
+    # Requirements the latest release declares for the target Python; null without metadata.
+    dependencies: int | None
+    requires: list[str]
+    # timeout, unreachable, status, not_json, too_large or unreadable when state is error.
+    error: str
+
+
 class PackageOut(Schema):
     name: str
     status: PackageStatus
     constraint: str
     source_build: bool
+    index: PackageIndexOut
     requested_by: list[PackageRequestOut]
     # How many revisions ask for it; `requested_by` lists the first of them only.
     requested_count: int

@@ -100,7 +100,19 @@ def package_out(package) -> dict:
         "requested_count": package.requested_count,
         "reviewed_by": package.reviewed_by.username if package.reviewed_by else None,
         "reason": package.reason,
+        "index": package_index_out(package),
     }
+
+
+# What an index lookup stores (toolhub.packages.index_client.IndexInfo), with its defaults.
+_INDEX_FIELDS: dict[str, object] = {"index": "", "version": "", "released": "", "summary": "", "license": "", "wheel": None,
+                 "dependencies": None, "requires": [], "error": ""}
+
+
+def package_index_out(package) -> dict:
+    info = package.index_info if isinstance(package.index_info, dict) else {}
+    return {"state": package.index_state, "checked_at": package.index_checked_at,
+            **{key: info.get(key, default) for key, default in _INDEX_FIELDS.items()}}
 
 
 def event_out(event) -> dict:
