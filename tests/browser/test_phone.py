@@ -1,5 +1,5 @@
-"""A 390 px phone: the top bar folds behind a Menu button, and the toolkit list and the run
-history are cards with the status on their first line, so the status is on screen without
+"""A 390 px phone: the top bar folds behind a Menu button, and the toolkit list, a toolkit's
+revisions and the run history are cards with the status on their first line, so the status is on screen without
 scrolling sideways. Screenshots (the shot fixture) of the list and a run page are kept in
 docs/screenshots/ (phone-toolkit-list.png, phone-run.png)."""
 
@@ -81,6 +81,10 @@ def test_the_toolkit_list_is_cards_with_the_status_in_view(page: Page, login, al
     expect(page.locator("table.cards thead")).not_to_be_in_viewport()
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     shot("phone-toolkit-list")
+
+    # A toolkit's revisions are cards too.
+    page.goto("/toolkits/kit_1/revisions/")
+    _in_view(page.locator("table.cards tbody tr").first.locator(".card-status .badge"))
 
 
 def test_a_run_page_and_my_runs_show_the_status_in_view(page: Page, login, carol, alice, upload, shot) -> None:
