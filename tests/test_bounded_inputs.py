@@ -327,6 +327,83 @@ def test_the_openapi_document_states_enums_body_shapes_and_lengths(client):
     assert {"items", "count", "next_offset"} <= set(package_list)
 
 
+# Found by the schemathesis run (tests/test_openapi_fuzz.py).
+CLOSED_BODIES = ("/clients", "/model-connections", "/agent-runs")
+
+
+def test_every_json_body_is_a_closed_object_and_an_unknown_key_is_refused(client, admin, bearer):
+    document = _openapi(client)
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if "requestBody" in operation and path != "/api/v1/imports/openwebui":
+                assert _body(document, path, method)["additionalProperties"] is False, (method, path)
+    headers = bearer(admin)
+    for path in CLOSED_BODIES:
+        response = _post(client, path, {"surplus": 1}, headers)
+        assert response.status_code == 400, path
+        assert "surplus" in json.dumps(response.json()["errors"]), path
+    Toolkit.objects.create(slug="kit", owner=admin)
+    response = client.put(f"{API}/toolkits/kit/access", json.dumps({"use": "everyone", "surplus": 1}),
+                          content_type="application/json", **headers)
+    assert response.status_code == 400
+
+
+def test_a_body_value_of_another_json_type_is_refused_not_coerced(client, admin, bearer, upload, alice):
+    upload(alice, toolkit_source("Sizes", "humanize>=4"), slug="sizes")
+    response = _post(client, "/packages/humanize/approve", {"approve_unknown": 0}, bearer(admin))
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "approve_unknown"
+    assert Package.objects.get(name="humanize").status == "pending"
+
+
+def test_the_openapi_document_states_the_bounds_and_choices_the_services_check(client, admin, bearer):
+    from toolhub.accounts.clients import MAX_RATE
+    from toolhub.agents import services as agents
+    from toolhub.agents.models import Use as ConnectionUse
+    from toolhub.toolkits.models import Use
+
+    document = _openapi(client)
+    schemas = document["components"]["schemas"]
+    rate = schemas["ClientIn"]["properties"]["calls_per_minute"]["anyOf"][0]
+    assert (rate["minimum"], rate["maximum"]) == (0, MAX_RATE)
+    connection = schemas["ModelConnectionIn"]["properties"]
+    assert connection["base_url"]["maxLength"] == agents.MAX_URL == 500 and connection["base_url"]["minLength"] == 1
+    assert connection["name"]["maxLength"] == agents.MAX_NAME
+    assert (connection["timeout_seconds"]["minimum"], connection["timeout_seconds"]["maximum"]) == (agents.MIN_TIMEOUT, agents.MAX_TIMEOUT)
+    iterations = schemas["AgentRunIn"]["properties"]["max_iterations"]
+    assert (iterations["minimum"], iterations["maximum"]) == (1, agents.MAX_ITERATIONS)
+    for name in ("AccessIn", "AccessOut", "ModelConnectionIn", "ModelConnectionOut"):
+        assert set(_resolve(document, schemas[name]["properties"]["use"])["enum"]) == set(Use.values) == set(ConnectionUse.values), name
+    # What the document refuses, the API refuses, before any service runs.
+    headers = bearer(admin)
+    response = _post(client, "/model-connections", {"name": "m", "base_url": "http://h/" + "a" * 500}, headers)
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "base_url"
+    response = _post(client, "/clients", {"name": "c", "calls_per_minute": MAX_RATE + 1}, headers)
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "calls_per_minute"
+
+
+def test_listing_toolkits_documents_its_refusals(client, carol, bearer):
+    document = _openapi(client)
+    assert {"200", "400", "401"} <= set(document["paths"]["/api/v1/toolkits"]["get"]["responses"])
+    response = client.get(f"{API}/toolkits", {"q": "\x00"}, **bearer(carol))
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "q"
+
+
+def test_an_unknown_api_path_with_a_newline_is_a_json_404(client, carol, bearer):
+    response = client.get(f"{API}/no%0Asuch", **bearer(carol))
+    assert response.status_code == 404
+    assert response.json()["errors"][0]["message"] == "No such endpoint."
+
+
+def test_the_import_body_and_answers_are_documented(client):
+    document = _openapi(client)
+    operation = document["paths"]["/api/v1/imports/openwebui"]["post"]
+    many, one = operation["requestBody"]["content"]["application/json"]["schema"]["oneOf"]
+    assert many["type"] == "array" and many["minItems"] == 1 and many["maxItems"] == 200
+    assert set(one["required"]) == {"id", "content"}
+    refs = {code: json.dumps(answer) for code, answer in operation["responses"].items()}
+    assert "ImportOut" in refs["200"] and "ImportRefusedOut" in refs["400"]
+
+
 def test_the_refusal_is_translated(client, carol):
     client.force_login(carol)
     response = client.get("/toolkits/", {"q": "\x00"}, HTTP_ACCEPT_LANGUAGE="fr")

@@ -81,8 +81,8 @@ class ToolHubApi(NinjaAPI):
         patterns, app_name, namespace = super().urls
         for pattern in patterns:
             pattern.callback = _json_not_allowed(pattern.callback)
-        # Last, so it only catches what no endpoint matched.
-        patterns.append(re_path(r"^.*$", _unknown_path))
+        # Last, so it only catches what no endpoint matched (a newline in the path too).
+        patterns.append(re_path(r"^[\s\S]*$", _unknown_path))
         return patterns, app_name, namespace
 
 
@@ -136,7 +136,10 @@ def _api_error(request, exc: ApiError):
 def _validation_error(request, exc: ValidationError):
     errors = []
     for err in exc.errors:
-        loc = [str(p) for p in err.get("loc", []) if p not in ("body", "payload", "query", "path")]
+        # (where, name, ...) for a parameter, ("body", "payload", field, ...) for the body: only
+        # the place goes, so a field named `query` keeps its name.
+        loc = [str(p) for p in err.get("loc", [])]
+        loc = loc[2:] if loc[:1] == ["body"] else loc[1:]
         errors.append({"message": err.get("msg", "invalid"), "field": ".".join(loc) or None, "line": None})
     return api.create_response(request, {"errors": errors}, status=400)
 
@@ -227,7 +230,7 @@ def _manageable(request, slug: str):
 # ------------------------------------------------------------------------------
 
 
-@api.get("/toolkits", response=s.ToolkitList, tags=["toolkits"])
+@api.get("/toolkits", response={200: s.ToolkitList, **ERRORS}, tags=["toolkits"])
 def list_toolkits(request, q: str = ""):
     return {"items": [toolkit_summary(t) for t in selectors.toolkit_list(user=request.user, query=q[:200])]}
 
@@ -244,7 +247,10 @@ def create_toolkit(request, payload: s.ToolkitIn):
     return Status(201, toolkit_out(result.toolkit, language=_language(request)))
 
 
-@api.post("/imports/openwebui", response={**ERRORS, 200: dict, 400: dict}, tags=["toolkits"])
+@api.post(
+    "/imports/openwebui", response={**ERRORS, 200: s.ImportOut, 400: s.ImportRefusedOut}, tags=["toolkits"],
+    openapi_extra={"requestBody": s.EXPORT_BODY},
+)
 def import_openwebui(request):
     """The JSON that Open WebUI's Tools workspace exports, as the request body (admins)."""
     _admin(request)

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from ninja import Schema
 from pydantic import ConfigDict, Field
+
+from toolhub.accounts.clients import MAX_RATE
+from toolhub.agents import services as agents
+from toolhub.toolkits import bulk
 
 # What the API accepts, stated in the OpenAPI document too (lengths are those of the columns).
 SLUG_PATTERN = r"^[a-z0-9_]{1,64}$"
@@ -15,12 +19,17 @@ MAX_REASON_CHARS = 2000
 MAX_CONSTRAINT_CHARS = 200
 MAX_MESSAGES = 1000
 MAX_FILES = 100
+# Who may use a toolkit or a model connection (their `Use` choices).
+UseChoice = Literal["everyone", "groups", "admins"]
+# Some text besides white space (a JSON Schema pattern matches anywhere in the string).
+NOT_BLANK = r"\S"
 
 
 class StrictBody(Schema):
-    """A request body: a JSON object with only the documented keys."""
+    """A request body: a JSON object with only the documented keys, each of its documented
+    type (strict: no 0 for false, no "5" for 5)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ErrorItem(Schema):
@@ -67,13 +76,13 @@ class ToolkitSummary(Schema):
 
 
 class AccessOut(Schema):
-    use: str
+    use: UseChoice
     groups: list[str]
     users: list[str]
 
 
-class AccessIn(Schema):
-    use: str
+class AccessIn(StrictBody):
+    use: UseChoice
     groups: list[str] = Field(default_factory=list, max_length=200)
     users: list[str] = Field(default_factory=list, max_length=200)
 
@@ -217,14 +226,16 @@ class QueuedOut(Schema):
     status: RunStatus
 
 
-class ModelConnectionIn(Schema):
-    name: str = Field(max_length=200)
-    base_url: str = Field(max_length=1000)
-    api_key: str = Field(default="", max_length=4096)
-    models: list[str] = Field(default_factory=list, max_length=100)
-    headers: dict[str, str] = Field(default_factory=dict, max_length=20)
-    timeout_seconds: float = 60.0
-    use: str = "everyone"
+class ModelConnectionIn(StrictBody):
+    name: str = Field(min_length=1, max_length=agents.MAX_NAME, pattern=NOT_BLANK)
+    base_url: str = Field(min_length=1, max_length=agents.MAX_URL, pattern=NOT_BLANK)
+    api_key: str = Field(default="", max_length=agents.MAX_KEY)
+    models: list[Annotated[str, Field(max_length=agents.MAX_MODEL_NAME)]] = Field(default_factory=list, max_length=agents.MAX_MODELS)
+    headers: dict[str, Annotated[str, Field(max_length=agents.MAX_HEADER_VALUE)]] = Field(
+        default_factory=dict, max_length=agents.MAX_HEADERS
+    )
+    timeout_seconds: float = Field(default=60.0, ge=agents.MIN_TIMEOUT, le=agents.MAX_TIMEOUT)
+    use: UseChoice = "everyone"
     groups: list[str] = Field(default_factory=list, max_length=100)
 
 
@@ -235,7 +246,7 @@ class ModelConnectionOut(Schema):
     models: list[str]
     header_names: list[str]
     timeout_seconds: float
-    use: str
+    use: UseChoice
     groups: list[str]
     api_key_set: bool
     created_at: str
@@ -249,13 +260,14 @@ class ModelListOut(Schema):
     models: list[str]
 
 
-class ClientIn(Schema):
-    name: str = Field(min_length=1, max_length=100)
+class ClientIn(StrictBody):
+    name: str = Field(min_length=1, max_length=100, pattern=NOT_BLANK)
     acts_for_users: bool = False
     user_header: str = Field(default="X-OpenWebUI-User-Email", max_length=100)
     create_users: bool = False
-    calls_per_minute: int | None = None
-    user_calls_per_minute: int | None = None
+    # Empty: the settings' default; 0 switches the limit off.
+    calls_per_minute: int | None = Field(default=None, ge=0, le=MAX_RATE)
+    user_calls_per_minute: int | None = Field(default=None, ge=0, le=MAX_RATE)
 
 
 class ClientOut(Schema):
@@ -278,18 +290,18 @@ class ClientList(Schema):
     items: list[ClientOut]
 
 
-class AgentToolIn(Schema):
+class AgentToolIn(StrictBody):
     toolkit: str = Field(max_length=64)
     tool: str = Field(max_length=200)
 
 
-class AgentRunIn(Schema):
+class AgentRunIn(StrictBody):
     connection: str = Field(max_length=200)
     model: str = Field(max_length=200)
     strategy: str = Field(default="function_calling", max_length=64)
     tools: list[AgentToolIn] = Field(default_factory=list, max_length=100)
-    query: str = Field(max_length=20_000)
-    max_iterations: int = 5
+    query: str = Field(min_length=1, max_length=agents.MAX_QUERY, pattern=NOT_BLANK)
+    max_iterations: int = Field(default=5, ge=1, le=agents.MAX_ITERATIONS)
 
 
 class AgentLogNode(Schema):
@@ -318,3 +330,43 @@ class AgentRunOut(Schema):
     created_at: str
     started_at: str | None
     finished_at: str | None
+
+
+class ExportEntry(Schema):
+    """One tool of an Open WebUI export; its other keys are ignored."""
+
+    id: str = Field(min_length=1)
+    content: str = Field(min_length=1)
+    name: str | None = None
+
+
+# The body of POST /imports/openwebui, read by toolhub.toolkits.bulk.parse_export.
+EXPORT_BODY = {
+    "required": True,
+    "content": {"application/json": {"schema": {"oneOf": [
+        {"type": "array", "items": ExportEntry.model_json_schema(), "minItems": 1, "maxItems": bulk.MAX_EXPORT_ENTRIES},
+        ExportEntry.model_json_schema(),
+    ]}}},
+}
+
+
+class ImportEntryOut(Schema):
+    name: str
+    outcome: Literal["loaded", "unchanged", "refused", "not_imported"]
+    slug: str | None
+    revision: int | None
+    tools: int
+    error: str | None
+    line: int | None
+
+
+class ImportOut(Schema):
+    imported: bool
+    entries: list[ImportEntryOut]
+
+
+class ImportRefusedOut(ErrorOut):
+    """Refused whole (`errors` only), or entry by entry (with `entries`, nothing imported)."""
+
+    imported: bool = False
+    entries: list[ImportEntryOut] = []
