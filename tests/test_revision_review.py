@@ -452,3 +452,17 @@ def test_the_wait_and_the_rejection_read_in_the_readers_language(entrusted, pend
     client.cookies["django_language"] = "fr"
     html = client.get(f"/toolkits/{entrusted.slug}/").content.decode()
     assert "Refusée lors de la revue par admin : fuite ; non" in html and "Rejected in review" not in html
+
+
+@pytest.mark.django_db
+def test_the_revisions_tab_says_who_reviewed_each_revision(entrusted, pending, alice, admin, client, django_assert_max_num_queries):
+    lifecycle.review_decide(revision_id=pending.pk, user=admin, approve=False, reason="no")
+    client.force_login(alice)
+    client.get(f"/toolkits/{entrusted.slug}/revisions/")
+    with django_assert_max_num_queries(12) as captured:
+        html = client.get(f"/toolkits/{entrusted.slug}/revisions/").content.decode()
+    assert "approved by admin" in html and "rejected in review by admin" in html
+    for n in range(3):
+        _introspected(revision_upload(toolkit=entrusted, source=HONEST + f"\n# {n}\n", user=admin).revision, SCHEMA)
+    with django_assert_max_num_queries(len(captured.captured_queries)):
+        client.get(f"/toolkits/{entrusted.slug}/revisions/")

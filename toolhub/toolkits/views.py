@@ -263,7 +263,7 @@ def toolkit_source(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse
 def toolkit_revisions(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     toolkit = selectors.get_toolkit_for_user(user=request.user, slug=slug)
     ctx = detail_context(request, toolkit, "revisions")
-    ctx["revisions"] = toolkit.revisions.select_related("uploaded_by").defer("source", "build_log", "lock")
+    ctx["revisions"] = toolkit.revisions.select_related("uploaded_by", "reviewed_by").defer("source", "build_log", "lock")
     return render(request, "toolkits/revisions.html", ctx)
 
 
