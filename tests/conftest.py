@@ -100,15 +100,19 @@ def upload():
 @pytest.fixture
 def build():
     """Run a revision's build and introspection in this process, the way the worker would:
-    real pip-compile, uv, and bubblewrap sandbox, without a broker in between."""
-    from toolhub.toolkits.models import Toolkit
+    real pip-compile, uv, and bubblewrap sandbox, without a broker in between. With a live
+    worker running, it may take a step first (each step is claimed once): then its end is
+    waited for."""
+    from toolhub.toolkits.models import Revision, Status, Toolkit
     from toolhub.toolkits.tasks import build_revision, introspect_revision
 
     def _build(toolkit):
         revision = toolkit.latest_revision()
         build_revision.run(revision.pk)
         introspect_revision.run(revision.pk)
-        revision.refresh_from_db()
+        deadline = time.monotonic() + 180
+        while Revision.objects.filter(pk=revision.pk, status=Status.BUILDING).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
         return Toolkit.objects.get(pk=toolkit.pk)
 
     return _build
