@@ -37,3 +37,24 @@ def broker_at(url: str) -> Iterator[None]:
     finally:
         reset_pools()
         app.conf.broker_url = saved
+
+
+def ready_string_reverse(upload, owner, *, tools: list[dict]):
+    """`owner`'s string_reverse demo toolkit, ready, with `tools` as introspection would have
+    found them (no build, no sandbox): for the tests of what comes after a toolkit is ready."""
+    import copy
+
+    from tests.conftest import example
+    from toolhub.toolkits.models import Status
+
+    toolkit = upload(owner, example("string_reverse"))
+    revision = toolkit.current_revision
+    revision.tools = copy.deepcopy(tools)
+    revision.set_status(Status.READY)
+    revision.save()
+    return toolkit
+
+
+def reverse_tool(parameters: dict, *, description: str = "") -> dict:
+    """The `reverse_string` tool with these parameters, as introspection lists it."""
+    return {"type": "function", "function": {"name": "reverse_string", "description": description, "parameters": parameters}}

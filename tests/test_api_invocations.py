@@ -6,7 +6,6 @@ covered by tests/test_invocations.py), so nothing here needs bubblewrap or a wor
 
 from __future__ import annotations
 
-import copy
 import json
 import time
 import uuid
@@ -14,8 +13,7 @@ import uuid
 import pytest
 
 from tests.conftest import example
-from tests.helpers import broker_at
-from toolhub.accounts.models import ApiToken
+from tests.helpers import bearer_headers, broker_at, ready_string_reverse, reverse_tool
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.toolkits.models import Status
 
@@ -35,19 +33,10 @@ PARAMETERS = {
 @pytest.fixture
 def toolkit(upload, alice):
     """alice's ready toolkit with one tool, `reverse_string`."""
-    toolkit = upload(alice, example("string_reverse"))
-    revision = toolkit.current_revision
-    revision.tools = [{"type": "function", "function": {
-        "name": "reverse_string", "description": "Reverses the input string.", "parameters": copy.deepcopy(PARAMETERS),
-    }}]
-    revision.set_status(Status.READY)
-    revision.save()
-    return toolkit
+    return ready_string_reverse(upload, alice, tools=[reverse_tool(PARAMETERS, description="Reverses the input string.")])
 
 
-def bearer(user) -> dict:
-    _token, raw = ApiToken.issue(user=user, name="tests")
-    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+bearer = bearer_headers
 
 
 def post(client, url: str, body, headers: dict):

@@ -6,16 +6,16 @@ because PostgreSQL refuses NUL, lone surrogates and values longer than their col
 
 from __future__ import annotations
 
-import copy
 import json
 
 import pytest
 
-from tests.conftest import example, toolkit_source
+from tests.conftest import toolkit_source
+from tests.helpers import ready_string_reverse, reverse_tool
 from toolhub.packages.models import Package, PackageRequest
 from toolhub.runs.models import Invocation
 from toolhub.toolkits import services
-from toolhub.toolkits.models import Revision, Status, Toolkit
+from toolhub.toolkits.models import Revision, Toolkit
 from toolhub.toolkits.source_checks import MAX_IMPORTS, MAX_REQUIREMENTS, ToolkitSourceInvalid
 
 pytestmark = pytest.mark.django_db
@@ -27,12 +27,7 @@ PARAMETERS = {"type": "object", "properties": {"string": {"type": "string"}}, "r
 @pytest.fixture
 def ready(upload, alice):
     """alice's ready toolkit with one tool, `reverse_string`."""
-    toolkit = upload(alice, example("string_reverse"))
-    revision = toolkit.current_revision
-    revision.tools = [{"type": "function", "function": {"name": "reverse_string", "parameters": copy.deepcopy(PARAMETERS)}}]
-    revision.set_status(Status.READY)
-    revision.save()
-    return toolkit
+    return ready_string_reverse(upload, alice, tools=[reverse_tool(PARAMETERS)])
 
 
 def _post(client, path: str, body, headers: dict):

@@ -6,7 +6,6 @@ so the pages are tested without a sandbox; one test runs a real tool end to end.
 
 from __future__ import annotations
 
-import copy
 import uuid
 from datetime import timedelta
 
@@ -16,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.conftest import example
+from tests.helpers import ready_string_reverse
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.toolkits.models import Status
 
@@ -43,12 +43,7 @@ TOOLS = [
 @pytest.fixture
 def toolkit(upload, alice):
     """alice's toolkit, ready, with the two tools above."""
-    toolkit = upload(alice, example("string_reverse"))
-    revision = toolkit.current_revision
-    revision.tools = copy.deepcopy(TOOLS)
-    revision.set_status(Status.READY)
-    revision.save()
-    return toolkit
+    return ready_string_reverse(upload, alice, tools=TOOLS)
 
 
 def made(toolkit, user, tool: str = "reverse_string", **fields) -> Invocation:

@@ -5,13 +5,10 @@ toolkit's name, so "Confirm your ToolHub password" from a tool cannot pass as To
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
-from tests.conftest import example
+from tests.helpers import ready_string_reverse
 from toolhub.runs.models import Event, Invocation, RunStatus
-from toolhub.toolkits.models import Status
 
 pytestmark = pytest.mark.django_db
 
@@ -20,11 +17,7 @@ TOOLS = [{"type": "function", "function": {"name": "reverse_string", "descriptio
 
 @pytest.fixture
 def toolkit(upload, alice):
-    toolkit = upload(alice, example("string_reverse"))
-    revision = toolkit.current_revision
-    revision.tools = copy.deepcopy(TOOLS)
-    revision.set_status(Status.READY)
-    revision.save()
+    toolkit = ready_string_reverse(upload, alice, tools=TOOLS)
     toolkit.title = "Event Demo"
     toolkit.save()
     return toolkit

@@ -4,12 +4,9 @@ U+FFFD in whatever a run sends back (result, events), so the run ends with its o
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
-from tests.conftest import example
-from tests.helpers import bearer_headers
+from tests.helpers import bearer_headers, ready_string_reverse, reverse_tool
 from tests.sandbox_fixtures import require_sandbox
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.runs.services import invocation_create
@@ -22,12 +19,7 @@ PARAMETERS = {"type": "object", "properties": {"string": {"type": "string"}}, "r
 
 @pytest.fixture
 def toolkit(upload, alice):
-    toolkit = upload(alice, example("string_reverse"))
-    revision = toolkit.current_revision
-    revision.tools = [{"type": "function", "function": {"name": "reverse_string", "description": "", "parameters": copy.deepcopy(PARAMETERS)}}]
-    revision.set_status(Status.READY)
-    revision.save()
-    return toolkit
+    return ready_string_reverse(upload, alice, tools=[reverse_tool(PARAMETERS)])
 
 
 _bearer = bearer_headers

@@ -4,17 +4,15 @@ stored or queued; another user is not affected."""
 
 from __future__ import annotations
 
-import copy
 import json
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from tests.conftest import example
+from tests.helpers import ready_string_reverse, reverse_tool
 from toolhub.accounts.models import ApiToken
 from toolhub.runs.models import Invocation, RunStatus
-from toolhub.toolkits.models import Status
 
 pytestmark = pytest.mark.django_db
 
@@ -23,12 +21,7 @@ PARAMETERS = {"type": "object", "properties": {"string": {"type": "string"}}, "r
 
 @pytest.fixture
 def toolkit(upload, alice):
-    toolkit = upload(alice, example("string_reverse"))
-    revision = toolkit.current_revision
-    revision.tools = [{"type": "function", "function": {"name": "reverse_string", "description": "", "parameters": copy.deepcopy(PARAMETERS)}}]
-    revision.set_status(Status.READY)
-    revision.save()
-    return toolkit
+    return ready_string_reverse(upload, alice, tools=[reverse_tool(PARAMETERS)])
 
 
 def _bearer(user) -> dict:
