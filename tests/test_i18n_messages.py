@@ -22,7 +22,7 @@ from toolhub.toolkits import lifecycle
 from toolhub.toolkits.sandboxing import outcome_reason
 from toolhub.toolkits.schema_forms import parse_submission, validate
 from toolhub.toolkits.source_checks import ToolkitSourceInvalid, parse_toolkit_source
-from toolhub.toolkits.status_text import FORMS, HOST_FORMS, translate_detail
+from toolhub.toolkits.status_text import FORMS, HOST_FORMS, RUN_ERRORS, translate_detail, translate_run_error
 
 
 @pytest.fixture(autouse=True)
@@ -110,7 +110,7 @@ def test_requirement_and_class_problems_are_translated():
 def test_every_form_of_a_stored_detail_has_a_translation_that_keeps_its_placeholders():
     for language in ("fr", "pl", "tr", "zh-hans"):
         with translation.override(language):
-            for form in FORMS + HOST_FORMS:
+            for form in FORMS + HOST_FORMS + RUN_ERRORS:
                 translated = translation.gettext(form)
                 assert translated != form, (language, form)
                 assert set(re.findall(r"%\(\w+\)s", translated)) == set(re.findall(r"%\(\w+\)s", form))
@@ -216,3 +216,31 @@ def test_a_refused_run_is_explained_in_the_readers_language(alice, upload):
     with translation.override("tr"), pytest.raises(InvocationRejected) as refused:
         invocation_create(toolkit=toolkit, tool="echo", arguments=[1], user=alice)
     assert refused.value.errors == [("Argümanlar bir JSON nesnesi olmalıdır.", "arguments")]
+
+
+def test_why_a_run_failed_is_translated_when_the_worker_wrote_it_and_a_tools_error_is_not():
+    with translation.override("fr"):
+        assert translate_run_error("The tool ran longer than 30 s and was stopped.") == (
+            "L’outil a tourné plus de 30 s et a été arrêté."
+        )
+        assert translate_run_error("Cancelled by alice.") == "Annulée par alice."
+        assert translate_run_error("The toolkit's environment could not be built: No matching distribution for x") == (
+            "L’environnement de la boîte à outils n’a pas pu être construit : Aucune distribution ne correspond à x"
+        )
+        # The tool's own words, even when they look like one of ToolHub's forms.
+        assert translate_run_error("Upload failed: timeout") == "Upload failed: timeout"
+        assert translate_run_error("") == ""
+
+
+@pytest.mark.django_db
+def test_the_run_page_shows_a_cancelled_runs_error_in_the_readers_language(client, alice, upload):
+    from toolhub.runs.models import Invocation, RunStatus
+
+    toolkit = upload(alice, toolkit_source("Echo"), slug="echo")
+    run = Invocation.objects.create(
+        toolkit=toolkit, revision=toolkit.current_revision, tool="echo", user=alice, arguments={},
+        status=RunStatus.FAILED, error="Cancelled by alice.",
+    )
+    client.force_login(alice)
+    page = client.get(f"/invocations/{run.id}/", HTTP_ACCEPT_LANGUAGE="pl").content.decode()
+    assert '<p class="error" id="error">Anulowane przez alice.</p>' in page

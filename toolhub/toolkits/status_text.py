@@ -1,4 +1,6 @@
-"""A revision's stored status detail (`Revision.status_detail`) in the reader's language.
+"""Texts stored in English shown in the reader's language: a revision's status detail
+(`Revision.status_detail`), why a run failed (`Invocation.error`) and why an egress host is
+refused.
 
 The lifecycle and the worker store the detail in English, the text the API returns. Pages show
 it translated: every form a detail takes is listed here with its placeholders, and a detail of
@@ -68,11 +70,27 @@ HOST_FORMS = [
     gettext_noop("%(pattern)s is not a valid host name"),
     gettext_noop("%(pattern)s would allow a whole top-level domain"),
 ]
+# Why a run failed, as the worker stores it (`Invocation.error`, toolhub/runs/engine.py and
+# services.py); a tool's own error is stored as the tool wrote it and is shown so.
+RUN_ERRORS = [
+    gettext_noop("The tool ran longer than %(seconds)s s and was stopped."),
+    gettext_noop("The tool sent more than %(count)s events and was stopped."),
+    gettext_noop("The tool sent more than %(count)s bytes of events and was stopped."),
+    gettext_noop("The tool hit a sandbox limit (%(limit)s) and was stopped."),
+    gettext_noop("Internal error in the worker (%(error)s)."),
+    gettext_noop("The toolkit's environment could not be built: %(reason)s"),
+    gettext_noop("The worker could not record the run: %(error)s"),
+    gettext_noop("No worker could take the invocation (the broker is unavailable)."),
+    gettext_noop("No worker took this invocation although its task was sent %(count)s times (%(why)s)."),
+    gettext_noop("the workers were busy with other invocations"),
+    gettext_noop("is a worker serving the sandbox queue?"),
+    gettext_noop("Cancelled by %(user)s."),
+]
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 
 @cache
-def _patterns(forms: tuple[str, ...] = tuple(FORMS)) -> list[tuple[str, re.Pattern[str]]]:
+def _patterns(forms: tuple[str, ...]) -> list[tuple[str, re.Pattern[str]]]:
     patterns = []
     for form in forms:
         pieces = _PLACEHOLDER.split(form)
@@ -82,32 +100,37 @@ def _patterns(forms: tuple[str, ...] = tuple(FORMS)) -> list[tuple[str, re.Patte
     return patterns
 
 
-def _one(text: str) -> str | None:
-    for form, pattern in _patterns():
+def _one(text: str, forms: tuple[str, ...], inner: tuple[str, ...] | None = None) -> str | None:
+    """`text` translated if it has one of `forms`; what fills a placeholder is translated too
+    when it has one of `inner` (by default the same forms), such as the sandbox's reason."""
+    for form, pattern in _patterns(forms):
         match = pattern.fullmatch(text)
         if match:
-            # A placeholder may hold a detail of a known form itself (the sandbox's reason).
-            parts = {name: _one(value) or value for name, value in match.groupdict().items()}
+            parts = {name: _one(value, inner or forms) or value for name, value in match.groupdict().items()}
             return gettext(form) % parts
     return None
 
 
 def translate_host_refusal(text: str) -> str:
     """Why an egress allowlist entry is refused, in the active language when the form is known."""
-    for form, pattern in _patterns(tuple(HOST_FORMS)):
-        match = pattern.fullmatch(text)
-        if match:
-            return gettext(form) % match.groupdict()
-    return text
+    return _one(text, tuple(HOST_FORMS)) or text
+
+
+def translate_run_error(text: str) -> str:
+    """Why a run failed (`Invocation.error`) in the active language when the worker wrote it."""
+    # Only the worker's own words at the top: a tool's error such as "Upload failed: …" is the
+    # tool's text; a build failure inside the worker's words is translated.
+    return (_one(text, tuple(RUN_ERRORS), tuple(RUN_ERRORS + FORMS)) or text) if text else text
 
 
 def translate_detail(text: str) -> str:
     """`text` in the active language when it has a known form, else `text` as it is."""
     if not text:
         return text
+    forms = tuple(FORMS)
     parts = text.split("; ")
     if len(parts) > 1:
-        translated = [_one(part) for part in parts]
+        translated = [_one(part, forms) for part in parts]
         if all(part is not None for part in translated):
             return "; ".join(part for part in translated if part is not None)
-    return _one(text) or text
+    return _one(text, forms) or text

@@ -9,7 +9,7 @@ from toolhub.accounts.roles import is_admin
 from toolhub.packages import index_checks
 from toolhub.packages import selectors as package_selectors
 from toolhub.toolkits.display import Resolved, resolve, tool_display
-from toolhub.toolkits.status_text import translate_detail
+from toolhub.toolkits.status_text import translate_detail, translate_run_error
 
 register = template.Library()
 
@@ -87,3 +87,9 @@ def page_query(context, number) -> str:
     params = context["request"].GET.copy()
     params["page"] = number
     return "?" + params.urlencode()
+
+
+@register.filter
+def run_error(text):
+    """Why a run failed in the page's language, when the worker wrote it: `{{ invocation.error|run_error }}`."""
+    return translate_run_error(text or "")
