@@ -33,7 +33,7 @@ from tests.env_fixtures import (
     source_wheelhouse,
     write_project,
 )
-from toolhub.packages.environments import environments_root
+from toolhub.packages.environments import environment_ensure, environments_root
 from toolhub.packages.models import Approval, Decision, Package, PackageRequest
 from toolhub.toolkits.models import Revision, Status
 
@@ -192,7 +192,8 @@ def test_with_transitive_approval_an_unapproved_sdist_never_runs_even_with_an_al
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_an_allowed_source_build_runs_unprivileged_in_the_sandbox_and_sees_nothing(
-    settings, client, admin, alice, upload, hostile_links, inline_tasks, django_capture_on_commit_callbacks
+    settings, client, admin, alice, upload, hostile_links, inline_tasks, django_capture_on_commit_callbacks,
+    django_assert_num_queries,
 ):
     toolkit = upload(alice, toolkit_source("Nice", "nice-lib"), slug="nice")
     _approve(client, admin, "nice-lib", django_capture_on_commit_callbacks)
@@ -219,6 +220,9 @@ def test_an_allowed_source_build_runs_unprivileged_in_the_sandbox_and_sees_nothi
     for path in (env, installed):
         info = path.stat()
         assert (info.st_uid, info.st_mode & 0o777) == (os.geteuid(), 0o755 if path.is_dir() else 0o644)
+    # Every invocation reuses it; that reads nothing from the database (no allowances).
+    with django_assert_num_queries(0):
+        assert environment_ensure(lock=revision.lock) == env
 
 
 @pytest.mark.django_db

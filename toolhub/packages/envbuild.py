@@ -109,6 +109,7 @@ __all__ = [
     "ensure_environment",
     "environment_key",
     "environment_python",
+    "finished_environment",
     "interpreter_release",
     "interpreter_version",
     "lock_python",
@@ -479,6 +480,19 @@ def environment_python(path: Path) -> Path:
     return path / "bin" / "python"
 
 
+def finished_environment(*, lock: str, root: Path, interpreter: str, log: Log) -> Path | None:
+    """The finished environment of this lock on this host, or None when it has to be built
+    (ensure_environment's first step, which needs no index settings)."""
+    _check_readable_by_others(interpreter)
+    key = environment_key(lock=lock, interpreter=interpreter)
+    final = root / key
+    if not _is_complete(final, key):
+        return None
+    _mark_used(final)
+    log(f"environment {key} is ready; reusing it")
+    return final
+
+
 def ensure_environment(
     *,
     lock: str,
@@ -496,14 +510,11 @@ def ensure_environment(
     downloads. Waiting for another process's build of the same key is bounded by
     `timeouts.total_seconds` plus a minute; the build itself has its own full budget.
     """
-    _check_readable_by_others(interpreter)
+    ready = finished_environment(lock=lock, root=root, interpreter=interpreter, log=log)
+    if ready is not None:
+        return ready
     key = environment_key(lock=lock, interpreter=interpreter)
     final = root / key
-    if _is_complete(final, key):
-        _mark_used(final)
-        log(f"environment {key} is ready; reusing it")
-        return final
-
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)
     (root / ".locks").mkdir(exist_ok=True)

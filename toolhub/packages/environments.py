@@ -130,12 +130,19 @@ def environment_ensure(*, lock: str, log: Log | None = None, total_seconds: floa
     before running code in it, so hosts need no shared disk."""
     if not lock:
         raise envlib.BuildFailed("the revision has no lock yet; build it first")
+    log = log or (lambda line: None)
+    # A built environment needs no index settings (which read the source-build allowances).
+    ready = envlib.finished_environment(
+        lock=lock, root=environments_root(), interpreter=settings.TOOLHUB_INTERPRETER, log=log
+    )
+    if ready is not None:
+        return ready
     return envlib.ensure_environment(
         lock=lock,
         root=environments_root(),
         interpreter=settings.TOOLHUB_INTERPRETER,
         index=index_settings(),
-        log=log or (lambda line: None),
+        log=log,
         timeouts=timeouts(total_seconds),
         sandbox=build_sandbox(),
     )
