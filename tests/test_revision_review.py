@@ -278,6 +278,22 @@ def test_the_queue_shows_the_diff_escaped_the_new_hosts_and_what_it_would_receiv
 
 
 @pytest.mark.django_db
+def test_a_long_diff_shows_its_start_and_links_to_the_whole(entrusted, alice, admin, client):
+    from toolhub.toolkits.views_review import REVIEW_DIFF_LINES
+
+    padding = "".join(f"PAD_{i} = {i}\n" for i in range(REVIEW_DIFF_LINES * 2))
+    revision = _introspected(revision_upload(toolkit=entrusted, source=HOSTILE + padding, user=alice).revision, SCHEMA)
+    client.force_login(admin)
+    box = client.get(QUEUE).content.decode().split(f'id="review-{revision.pk}"')[1].split("</section>")[0]
+    assert box.count('<span class="d-') == REVIEW_DIFF_LINES
+    assert "PAD_0 = 0" in box and f"PAD_{REVIEW_DIFF_LINES}" not in box
+    link = f'href="/toolkits/{entrusted.slug}/diff/?a=1&amp;b={revision.number}">Show diff</a>'
+    assert link in box
+    whole = client.get(f"/toolkits/{entrusted.slug}/diff/?a=1&b={revision.number}").content.decode()
+    assert f"PAD_{REVIEW_DIFF_LINES * 2 - 1} = " in whole
+
+
+@pytest.mark.django_db
 def test_reject_needs_a_reason_and_changes_nothing_without_one(pending, admin, client):
     client.force_login(admin)
     response = client.post(f"{QUEUE}{pending.pk}/", {"action": "reject", "reason": "  "}, follow=True)

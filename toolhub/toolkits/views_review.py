@@ -17,8 +17,10 @@ from toolhub.packages.services import MAX_REASON_CHARS
 from toolhub.toolkits import lifecycle, selectors
 from toolhub.toolkits.valves import admin_secrets_by_toolkit
 
-# Revisions per page: each shows its whole diff.
+# Revisions per page, and the diff lines each shows at most (the whole diff is on the diff
+# page: two sources of 512 KiB may differ in a hundred thousand lines).
 REVIEW_PAGE = 10
+REVIEW_DIFF_LINES = 500
 
 
 @login_required
@@ -30,10 +32,12 @@ def revision_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     items = []
     for revision in page:
         current = revision.toolkit.current_revision
+        diff = selectors.revision_diff(a=current, b=revision) if current else []
         items.append({
             "revision": revision,
             "current": current,
-            "diff": selectors.revision_diff(a=current, b=revision) if current else [],
+            "diff": diff[:REVIEW_DIFF_LINES],
+            "diff_cut": len(diff) > REVIEW_DIFF_LINES,
             "new_hosts": revision.hosts_new_since(current) if current else sorted(revision.hosts or []),
             "secrets": secrets.get(revision.toolkit_id, []),
         })
