@@ -227,6 +227,7 @@ def test_why_a_run_failed_is_translated_when_the_worker_wrote_it_and_a_tools_err
         assert translate_run_error("The toolkit's environment could not be built: No matching distribution for x") == (
             "L’environnement de la boîte à outils n’a pas pu être construit : Aucune distribution ne correspond à x"
         )
+        assert translate_run_error("The model call failed: HTTP 500") == "L’appel au modèle a échoué : HTTP 500"
         # The tool's own words, even when they look like one of ToolHub's forms.
         assert translate_run_error("Upload failed: timeout") == "Upload failed: timeout"
         assert translate_run_error("") == ""

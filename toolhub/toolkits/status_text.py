@@ -71,7 +71,8 @@ HOST_FORMS = [
     gettext_noop("%(pattern)s would allow a whole top-level domain"),
 ]
 # Why a run failed, as the worker stores it (`Invocation.error`, toolhub/runs/engine.py and
-# services.py); a tool's own error is stored as the tool wrote it and is shown so.
+# services.py; `AgentRun.error`); a tool's own error is stored as the tool wrote it and is
+# shown so.
 RUN_ERRORS = [
     gettext_noop("The tool ran longer than %(seconds)s s and was stopped."),
     gettext_noop("The tool sent more than %(count)s events and was stopped."),
@@ -85,6 +86,15 @@ RUN_ERRORS = [
     gettext_noop("the workers were busy with other invocations"),
     gettext_noop("is a worker serving the sandbox queue?"),
     gettext_noop("Cancelled by %(user)s."),
+    # An agent run's (toolhub/agents/engine.py).
+    gettext_noop("The run used its %(seconds)s s and stops here."),
+    gettext_noop("The model was called max_iterations (%(count)s) times; the run stops here."),
+    gettext_noop("The run used its budget of %(count)s tokens and stops here."),
+    gettext_noop("The model connection was deleted."),
+    gettext_noop("The strategy's environment could not be built: %(reason)s"),
+    gettext_noop("The model call failed: %(error)s"),
+    gettext_noop("The strategy failed: %(error)s"),
+    gettext_noop("The strategy ran longer than %(seconds)s s of its own time."),
 ]
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
