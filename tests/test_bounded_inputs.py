@@ -389,6 +389,16 @@ def test_an_unknown_api_path_with_a_newline_is_a_json_404(client, carol, bearer)
     assert response.json()["errors"][0]["message"] == "No such endpoint."
 
 
+def test_a_malformed_multipart_body_is_a_readable_400(client, carol, bearer):
+    """Found by schemathesis: a multipart body without a boundary got Django's HTML 400 page."""
+    response = client.generic("POST", f"{API}/clients", b"x", content_type="multipart/form-data", **bearer(carol))
+    assert response.status_code == 400 and response["Content-Type"] == "application/json"
+    assert response.json()["errors"][0]["message"] == "The form body cannot be read (a malformed multipart body)."
+    client.force_login(carol)
+    response = client.generic("POST", "/toolkits/new/", b"x", content_type="multipart/form-data")
+    assert response.status_code == 400 and response.content.decode().startswith("The form body cannot be read")
+
+
 def test_the_import_body_and_answers_are_documented(client):
     document = _openapi(client)
     operation = document["paths"]["/api/v1/imports/openwebui"]["post"]

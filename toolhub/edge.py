@@ -25,6 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
 from django.utils.translation import gettext as _
 
 # Beyond this, a body over the limit is not read to its end: the connection is closed.
@@ -214,6 +215,8 @@ class BoundedInputMiddleware:
             return _answer(request, 413, too_big_message())
         except TooManyFieldsSent:
             return _answer(request, 400, _("The request has too many form fields."))
+        except MultiPartParserError:
+            return _answer(request, 400, _("The form body cannot be read (a malformed multipart body)."))
         return self.get_response(request)
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
