@@ -482,3 +482,117 @@ def test_the_revisions_tab_says_who_reviewed_each_revision(entrusted, pending, a
         _introspected(revision_upload(toolkit=entrusted, source=HONEST + f"\n# {n}\n", user=admin).revision, SCHEMA)
     with django_assert_max_num_queries(len(captured.captured_queries)):
         client.get(f"/toolkits/{entrusted.slug}/revisions/")
+
+
+# The API
+# ------------------------------------------------------------------------------
+
+REVIEWS = "/api/v1/reviews"
+
+
+def _decide(client, revision, action: str, body, user, **extra):
+    data = body if isinstance(body, str) else json.dumps(body)
+    url = f"/api/v1/toolkits/{revision.toolkit.slug}/revisions/{revision.number}/{action}"
+    return client.post(url, data, content_type="application/json", **(bearer_headers(user) if user else {}), **extra)
+
+
+@pytest.mark.django_db
+def test_the_api_lists_the_revisions_awaiting_review(entrusted, pending, admin, client):
+    response = client.get(REVIEWS, **bearer_headers(admin))
+    assert response.status_code == 200
+    body = response.json()
+    assert body["count"] == 1 and body["next_offset"] is None
+    [item] = body["items"]
+    assert item["toolkit"] == entrusted.slug and item["revision"] == 2 and item["current_revision"] == 1
+    assert item["version"] == "2.0.0" and item["uploaded_by"] == "alice" and item["sha256"] == pending.sha256
+    assert "api_key" in item["status_detail"] and item["created_at"] and item["waiting_since"]
+
+
+@pytest.mark.django_db
+def test_the_api_approves_through_the_lifecycle(entrusted, pending, admin, client):
+    response = _decide(client, pending, "approve", {}, admin)
+    assert response.status_code == 200, response.content
+    toolkit = response.json()
+    assert toolkit["revision"] == 2 and toolkit["status"] == "ready"
+    assert toolkit["revisions"][1]["reviewed_by"] == "admin"
+    pending.refresh_from_db()
+    assert pending.review == Review.APPROVED and pending.reviewed_by == admin
+    assert client.get(REVIEWS, **bearer_headers(admin)).json()["count"] == 0
+    response = _decide(client, pending, "approve", {}, admin)
+    assert response.status_code == 409 and "no longer awaits review" in response.json()["errors"][0]["message"]
+
+
+@pytest.mark.django_db
+def test_the_api_rejects_with_a_reason(entrusted, pending, admin, client):
+    response = _decide(client, pending, "reject", {"reason": "It sends the key out."}, admin)
+    assert response.status_code == 200, response.content
+    assert response.json()["revision"] == 1
+    pending.refresh_from_db()
+    assert pending.status == Status.REJECTED and pending.review == Review.REJECTED
+    assert pending.status_detail == "Rejected in review by admin: It sends the key out."
+    assert _decide(client, pending, "approve", {}, admin).status_code == 409
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("action", "body"), [
+    ("reject", {}), ("reject", {"reason": ""}), ("reject", {"reason": "   "}), ("reject", {"reason": "x" * 2001}),
+    ("reject", {"reason": 5}), ("reject", {"reason": "no", "extra": 1}), ("approve", {"approve": True}),
+    ("approve", "not json"), ("approve", "[]"),
+])
+def test_the_api_refuses_a_bad_decision_body(pending, admin, client, action, body):
+    response = _decide(client, pending, action, body, admin)
+    assert response.status_code == 400, response.content
+    assert response.json()["errors"][0]["message"]
+    pending.refresh_from_db()
+    assert pending.status == Status.AWAITING_REVIEW
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["alice", "carol"])
+def test_the_api_hides_reviews_from_non_admins(pending, who, client, request):
+    user = request.getfixturevalue(who)
+    assert client.get(REVIEWS, **bearer_headers(user)).status_code == 404
+    assert _decide(client, pending, "approve", {}, user).status_code == 404
+    assert _decide(client, pending, "reject", {"reason": "no"}, user).status_code == 404
+    pending.refresh_from_db()
+    assert pending.status == Status.AWAITING_REVIEW
+
+
+@pytest.mark.django_db
+def test_the_api_reviews_need_authentication_and_the_right_method(pending, admin, client):
+    assert client.get(REVIEWS).status_code == 401
+    assert _decide(client, pending, "approve", {}, None).status_code == 401
+    headers = bearer_headers(admin)
+    assert client.post(REVIEWS, "{}", content_type="application/json", **headers).status_code == 405
+    url = f"/api/v1/toolkits/{pending.toolkit.slug}/revisions/{pending.number}/approve"
+    response = client.get(url, **headers)
+    assert response.status_code == 405 and response.json()["errors"]
+    pending.refresh_from_db()
+    assert pending.status == Status.AWAITING_REVIEW
+
+
+@pytest.mark.django_db
+def test_the_api_answers_404_for_an_unknown_revision_or_toolkit(pending, admin, client):
+    headers = bearer_headers(admin)
+    slug = pending.toolkit.slug
+    for url, status in ((f"/api/v1/toolkits/{slug}/revisions/99/approve", 404), ("/api/v1/toolkits/nope/revisions/2/approve", 404),
+                        (f"/api/v1/toolkits/{slug}/revisions/{2**40}/approve", 400), (f"/api/v1/toolkits/{slug}/revisions/0/approve", 400)):
+        response = client.post(url, "{}", content_type="application/json", **headers)
+        assert response.status_code == status and response.json()["errors"], url
+    pending.refresh_from_db()
+    assert pending.status == Status.AWAITING_REVIEW
+
+
+@pytest.mark.django_db
+def test_the_api_list_makes_the_same_queries_for_one_or_many(upload, alice, admin, client, django_assert_num_queries):
+    headers = bearer_headers(admin)
+    _pending_in(upload, alice, admin, "one")
+    client.get(REVIEWS, **headers)  # the token's first use records it
+    with django_assert_num_queries(3) as one:
+        assert client.get(REVIEWS, **headers).json()["count"] == 1
+    for n in range(4):
+        _pending_in(upload, alice, admin, f"more_{n}")
+    with django_assert_num_queries(len(one.captured_queries)):
+        body = client.get(f"{REVIEWS}?limit=3", **headers).json()
+    assert body["count"] == 5 and len(body["items"]) == 3 and body["next_offset"] == 3
+    assert client.get(f"{REVIEWS}?limit=0", **headers).status_code == 400

@@ -10,8 +10,10 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponseNotAllowed, JsonResponse
+from django.shortcuts import get_object_or_404
 from django.urls import re_path
 from django.utils import translation
+from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from ninja import NinjaAPI, Path, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -32,6 +34,7 @@ from toolhub.api.serializers import (
     invocation_out,
     model_connection_out,
     package_out,
+    review_out,
     toolkit_out,
     toolkit_summary,
 )
@@ -382,6 +385,13 @@ REQUESTED_BY_MAX = 50
 PACKAGE_NAME_MAX = 200
 
 
+def _page(qs, out, limit: int, offset: int) -> dict:
+    """`{"items", "count", "next_offset"}` of one page of a queryset."""
+    count = qs.count()
+    following = offset + limit if offset + limit < count else None
+    return {"items": [out(item) for item in qs[offset:offset + limit]], "count": count, "next_offset": following}
+
+
 def _package(package: Package) -> dict:
     return package_out(package_selectors.packages_with_requests(requests_shown=REQUESTED_BY_MAX).get(pk=package.pk))
 
@@ -395,10 +405,7 @@ def list_packages(
 ):
     _admin(request)
     qs = package_selectors.packages_with_requests(status=status or None, requests_shown=REQUESTED_BY_MAX)
-    count = qs.count()
-    page = list(qs[offset:offset + limit])
-    following = offset + limit if offset + limit < count else None
-    return {"items": [package_out(p) for p in page], "count": count, "next_offset": following}
+    return _page(qs, package_out, limit, offset)
 
 
 @api.post("/packages/{name}/approve", response={200: s.PackageOut, **ERRORS}, tags=["packages"])
@@ -422,6 +429,47 @@ def reject_package(request, payload: s.RejectIn, name: str = Path(..., max_lengt
     except package_services.InvalidDecision as exc:
         raise _error(400, str(exc), exc.field) from None
     return _package(package)
+
+
+# REVIEWS (admins)
+# ------------------------------------------------------------------------------
+
+REVIEWS_PAGE = 100
+
+
+@api.get("/reviews", response={200: s.ReviewList, **ERRORS}, tags=["reviews"])
+def list_reviews(
+    request,
+    limit: int = Query(REVIEWS_PAGE, ge=1, le=REVIEWS_PAGE),
+    offset: int = Query(0, ge=0, le=2**31 - 1),
+):
+    _admin(request)
+    qs = selectors.revisions_awaiting_review().only(
+        "number", "version", "sha256", "created_at", "status_changed_at", "status_detail",
+        "toolkit__slug", "toolkit__current_revision__number", "uploaded_by__username",
+    )
+    return _page(qs, review_out, limit, offset)
+
+
+def _review(request, slug: str, number: int, approve: bool, reason: str = "") -> dict:
+    _admin(request)
+    revision = get_object_or_404(selectors.get_toolkit_for_user(user=request.user, slug=slug).revisions, number=number)
+    if lifecycle.review_decide(revision_id=revision.pk, user=request.user, approve=approve, reason=reason) is None:
+        raise _error(409, _("That revision no longer awaits review."))
+    return toolkit_out(_toolkit(request, slug), language=_language(request))
+
+
+REVISION_NUMBER = Path(..., ge=1, le=2**31 - 1)
+
+
+@api.post("/toolkits/{slug}/revisions/{revision}/approve", response={200: s.ToolkitOut, **ERRORS}, tags=["reviews"])
+def approve_revision(request, payload: s.ReviewApproveIn, slug: str, revision: int = REVISION_NUMBER):
+    return _review(request, slug, revision, approve=True)
+
+
+@api.post("/toolkits/{slug}/revisions/{revision}/reject", response={200: s.ToolkitOut, **ERRORS}, tags=["reviews"])
+def reject_revision(request, payload: s.ReviewRejectIn, slug: str, revision: int = REVISION_NUMBER):
+    return _review(request, slug, revision, approve=False, reason=payload.reason.strip())
 
 
 # CLIENT CREDENTIALS (admins)

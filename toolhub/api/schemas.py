@@ -175,6 +175,35 @@ class RejectIn(StrictBody):
     reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
+class ReviewOut(Schema):
+    toolkit: str
+    revision: int
+    version: str
+    sha256: str
+    uploaded_by: str
+    created_at: str
+    # Since when it waits, and what it would receive (the toolkit's status detail).
+    waiting_since: str
+    status_detail: str
+    # The toolkit's current revision, which keeps serving until this one is approved.
+    current_revision: int | None
+
+
+class ReviewList(Schema):
+    items: list[ReviewOut]
+    count: int
+    next_offset: int | None
+
+
+class ReviewApproveIn(StrictBody):
+    pass
+
+
+class ReviewRejectIn(StrictBody):
+    # The toolkit's author reads it on the Overview.
+    reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS, pattern=NOT_BLANK)
+
+
 class InvokeIn(StrictBody):
     arguments: dict[str, Any] = Field(default_factory=dict)
     wait: bool = True

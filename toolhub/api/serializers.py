@@ -86,6 +86,22 @@ def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
     return data
 
 
+def review_out(revision) -> dict:
+    """A revision awaiting review (toolhub.toolkits.selectors.revisions_awaiting_review)."""
+    current = revision.toolkit.current_revision
+    return {
+        "toolkit": revision.toolkit.slug,
+        "revision": revision.number,
+        "version": revision.version,
+        "sha256": revision.sha256,
+        "uploaded_by": revision.uploaded_by.username,
+        "created_at": _iso(revision.created_at),
+        "waiting_since": _iso(revision.status_changed_at),
+        "status_detail": revision.status_detail,
+        "current_revision": current.number if current else None,
+    }
+
+
 def package_out(package) -> dict:
     """A package annotated with `requested_count`, the first of its requests in `shown_requests`."""
     return {
