@@ -596,3 +596,46 @@ def test_the_api_list_makes_the_same_queries_for_one_or_many(upload, alice, admi
         body = client.get(f"{REVIEWS}?limit=3", **headers).json()
     assert body["count"] == 5 and len(body["items"]) == 3 and body["next_offset"] == 3
     assert client.get(f"{REVIEWS}?limit=0", **headers).status_code == 400
+
+
+# The menu
+# ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_admins_see_how_many_revisions_wait_for_review_in_the_menu(upload, alice, admin, client):
+    _pending_in(upload, alice, admin, "one")
+    _pending_in(upload, alice, admin, "two")
+    client.force_login(admin)
+    html = client.get("/toolkits/").content.decode()
+    assert '<span class="count-badge" id="pending-reviews">2<span class="visually-hidden"> revisions wait for review' in html
+    # No package waits: the menu's link opens the review queue.
+    assert '<a href="/packages/reviews/">Packages <span class="count-badge" id="pending-reviews">' in html
+    waiting = Toolkit.objects.get(slug="one").latest_revision()
+    lifecycle.review_decide(revision_id=waiting.pk, user=admin, approve=True)
+    assert 'id="pending-reviews">1<span class="visually-hidden"> revision waits for review' in client.get("/toolkits/").content.decode()
+    client.force_login(alice)
+    assert "pending-reviews" not in client.get("/toolkits/").content.decode()
+
+
+@pytest.mark.django_db
+def test_the_menus_counts_are_one_query_each_for_admins_and_none_for_others(
+    upload, alice, admin, client, django_assert_num_queries, django_assert_max_num_queries,
+):
+    _pending_in(upload, alice, admin, "one")
+    client.force_login(alice)
+    client.get("/toolkits/")
+    with django_assert_max_num_queries(50) as alices:
+        client.get("/toolkits/")
+    assert not [q for q in alices.captured_queries if "awaiting_review" in q["sql"] or '"packages_package"' in q["sql"]]
+    client.force_login(admin)
+    client.get("/toolkits/")
+    # The page's own queries, one count of the waiting packages and one of the reviews.
+    with django_assert_num_queries(7) as admins:
+        assert 'id="pending-reviews">1<' in client.get("/toolkits/").content.decode()
+    assert len([q for q in admins.captured_queries if "awaiting_review" in q["sql"]]) == 1
+    _pending_in(upload, alice, admin, "two")
+    with django_assert_num_queries(7):
+        assert 'id="pending-reviews">2<' in client.get("/toolkits/").content.decode()
+    # The queues count anyway: their menus add no query (the queue page's pinned count stays).
+    assert 'id="pending-reviews">2<' in client.get(QUEUE).content.decode()

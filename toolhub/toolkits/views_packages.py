@@ -76,7 +76,7 @@ def package_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     return render(
         request, "packages/queue.html",
         {"packages": page, "page": page, "status": status, "decisions": decisions, "statuses": statuses,
-         "inferred_modules": inferred_modules, "reviews": toolkit_selectors.review_count(), **_index_context(),
+         "inferred_modules": inferred_modules, "review_count": toolkit_selectors.review_count(), **_index_context(),
          "pending_count": counts[Approval.PENDING], "constraint_max": 200, "reason_max": services.MAX_REASON_CHARS},
     )
 

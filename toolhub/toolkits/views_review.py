@@ -41,7 +41,7 @@ def revision_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
             "new_hosts": revision.hosts_new_since(current) if current else sorted(revision.hosts or []),
             "secrets": secrets.get(revision.toolkit_id, []),
         })
-    return render(request, "packages/reviews.html", {"page": page, "items": items, "reason_max": MAX_REASON_CHARS})
+    return render(request, "packages/reviews.html", {"page": page, "items": items, "review_count": page.paginator.count, "reason_max": MAX_REASON_CHARS})
 
 
 @login_required

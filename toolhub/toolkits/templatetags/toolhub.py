@@ -8,6 +8,7 @@ from django.utils.translation import gettext as _
 from toolhub.accounts.roles import is_admin
 from toolhub.packages import index_checks
 from toolhub.packages import selectors as package_selectors
+from toolhub.toolkits import selectors as toolkit_selectors
 from toolhub.toolkits.display import Resolved, resolve, tool_display
 from toolhub.toolkits.status_text import translate_detail, translate_run_error
 
@@ -65,14 +66,27 @@ def index_polling(package) -> bool:
     return index_checks.still_checking(package)
 
 
-@register.simple_tag(takes_context=True)
-def pending_packages(context) -> int:
-    """How many packages wait for an admin's decision (the menu's badge); 0 for everyone else.
-    The queue page counts them anyway and passes `pending_count`."""
+def _admins_count(context, known: str, count) -> int:
+    """A count for the admins' menu (0 for everyone else): the page's own `known` value
+    when it counted anyway, else `count()`."""
     if not is_admin(context.get("user") or AnonymousUser()):
         return 0
-    known = context.get("pending_count")
-    return package_selectors.pending_count() if known is None else known
+    value = context.get(known)
+    return count() if value is None else value
+
+
+@register.simple_tag(takes_context=True)
+def pending_packages(context) -> int:
+    """How many packages wait for an admin's decision (the menu's badge); the queue page
+    passes `pending_count`."""
+    return _admins_count(context, "pending_count", package_selectors.pending_count)
+
+
+@register.simple_tag(takes_context=True)
+def pending_reviews(context) -> int:
+    """How many revisions wait for an admin's review (the menu's second badge); the queues
+    pass `review_count`."""
+    return _admins_count(context, "review_count", toolkit_selectors.review_count)
 
 
 @register.filter
