@@ -78,6 +78,11 @@ def _probe(path):
 
             _, host, port = path.split(":")
             socket.create_connection((host, int(port)), timeout=2).close()
+        elif path.startswith("http://"):
+            # Through HTTP_PROXY when the build has one, as pip's and uv's own requests go.
+            import urllib.request
+
+            urllib.request.urlopen(path, timeout=5).close()
         elif os.path.isdir(path):
             os.listdir(path)
         else:

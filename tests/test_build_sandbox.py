@@ -12,12 +12,17 @@ same probes run as the build user outside the sandbox read it (checked first).
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import json
 import os
 import pwd
 import secrets
 import shutil
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,8 +36,10 @@ from tests.env_fixtures import (
     readable_by_others,
     reports_to,
     source_wheelhouse,
+    traversable,
     write_project,
 )
+from tests.live_fixtures import free_port
 from toolhub.packages.environments import environment_ensure, environments_root
 from toolhub.packages.models import Approval, Decision, Package, PackageRequest
 from toolhub.toolkits.models import Revision, Status
@@ -261,3 +268,82 @@ def test_the_queue_offers_the_allowance_with_its_warning_and_a_rejection_withdra
     assert list(Decision.objects.filter(package__name="humanize").values_list("source_build", flat=True)) == [
         False, True, False, True,
     ]
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _http_server(directory: Path) -> Iterator[int]:
+    """A plain HTTP server on this host's loopback, serving directory listings (a find-links page)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), functools.partial(_Quiet, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def remote_index(settings, tmp_path: Path, bait: dict[str, str]) -> Iterator[tuple[HostileIndex, int, int]]:
+    """nice-net (a wheel) and evil-net (only an sdist) on an index the builds reach by HTTP,
+    on this host's loopback; a second HTTP server on loopback that is not an index. evil-net's
+    build code probes the database, both servers directly, and both through the proxy."""
+    traversable(tmp_path)
+    # A path of its own each time: the download caches outlive the test and key files by URL.
+    token = secrets.token_hex(4)
+    with _http_server(tmp_path) as index_port, _http_server(tmp_path) as other_port:
+        index = HostileIndex(tmp_path / token, bait)
+        index.wheelhouse.mkdir(parents=True)
+        for wheel in source_wheelhouse().glob("*.whl"):
+            shutil.copy2(wheel, index.wheelhouse)
+        # The receiver's socket is in a local find-links directory the sandbox sees (and that
+        # holds no package).
+        channel = reports_to(index.record, tmp_path / "channel")
+        probes = [
+            *bait.values(),
+            f"tcp:127.0.0.1:{index_port}", f"tcp:127.0.0.1:{other_port}",
+            f"http://127.0.0.1:{index_port}/", f"http://127.0.0.1:{other_port}/",
+        ]
+        nice = write_project(tmp_path / "projects" / "nice", {
+            "name": "nice-net", "version": "1.0", "requires": ["evil-net"],
+            "files": {"nice_net/__init__.py": "from evil_net import VALUE\n"},
+        })
+        evil = write_project(tmp_path / "projects" / "evil", {
+            "name": "evil-net", "version": "1.0", "files": {"evil_net/__init__.py": "VALUE = 'evil'\n"},
+            "socket": channel.name, "report_hooks": sorted(HOOKS), "probes": probes,
+        })
+        build_wheel(nice, index.wheelhouse)
+        build_sdist(evil, index.wheelhouse)
+        readable_by_others(index.wheelhouse)
+        readable_by_others(tmp_path / "channel")
+        settings.TOOLHUB_FIND_LINKS = [f"http://127.0.0.1:{index_port}/{token}/wheelhouse/", str(tmp_path / "channel")]
+        index.record.unlink(missing_ok=True)
+        yield index, index_port, other_port
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_an_allowed_source_build_with_a_remote_index_reaches_the_index_and_nothing_else(
+    client, admin, alice, upload, remote_index, inline_tasks, django_capture_on_commit_callbacks,
+):
+    index, index_port, other_port = remote_index
+    toolkit = upload(alice, toolkit_source("Nice", "nice-net"), slug="nice_net")
+    _approve(client, admin, "nice-net", django_capture_on_commit_callbacks)
+    _approve(client, admin, "evil-net", django_capture_on_commit_callbacks, source_build="on")
+    _retry(client, alice, "nice_net", django_capture_on_commit_callbacks)
+    revision = _revision(toolkit)
+    # The lock and the install got every package from the HTTP index on loopback.
+    assert revision.status == Status.READY, (revision.status_detail, revision.build_log[-3000:])
+
+    reports = index.reports()
+    assert {report["hook"] for report in reports} == HOOKS, reports
+    for report in reports:
+        # Only the index, and only through the proxy: not the database, not the other server
+        # on the same loopback, not even the index's own port directly.
+        reached = {probe for probe, ok in report["probes"].items() if ok}
+        assert reached == {f"http://127.0.0.1:{index_port}/"}, report
+    assert f"egress refused: 127.0.0.1:{other_port} is not one of the hosts allowed here" in revision.build_log

@@ -822,8 +822,12 @@ def test_the_build_sandbox_sees_the_local_places_packages_come_from(tmp_path: Pa
 
 
 def test_builds_get_the_network_only_when_a_package_source_is_not_on_this_host(tmp_path: Path) -> None:
-    assert IndexSettings().needs_network()  # PyPI
-    assert not IndexSettings(find_links=(str(tmp_path),), no_index=True).needs_network()
-    assert not IndexSettings(index_url=f"file://{tmp_path}/simple", find_links=(str(tmp_path),)).needs_network()
-    assert IndexSettings(index_url=f"file://{tmp_path}/simple", extra_index_urls=("https://x.example/simple",)).needs_network()
-    assert IndexSettings(find_links=("https://x.example/wheels/",), no_index=True).needs_network()
+    assert IndexSettings().index_hosts() == (("pypi.org", 443), ("files.pythonhosted.org", 443))
+    assert IndexSettings(find_links=(str(tmp_path),), no_index=True).index_hosts() == ()
+    assert IndexSettings(index_url=f"file://{tmp_path}/simple", find_links=(str(tmp_path),)).index_hosts() == ()
+    assert IndexSettings(
+        index_url=f"file://{tmp_path}/simple", extra_index_urls=("https://u:p@X.example/simple",)
+    ).index_hosts() == (("x.example", 443),)
+    assert IndexSettings(find_links=("http://10.0.0.5:8080/wheels/",), no_index=True).index_hosts() == (
+        ("10.0.0.5", 8080),
+    )

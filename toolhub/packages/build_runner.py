@@ -164,7 +164,7 @@ def run_logged(
     stage: str,
     sandbox: BuildSandbox | None = None,
     writable: Sequence[Path] = (),
-    network: bool = True,
+    network: Sequence[tuple[str, int]] = (),
 ) -> Outcome:
     """Run one command, logging each output line as it arrives, within the time limits.
 
@@ -172,8 +172,10 @@ def run_logged(
     running past it names `timeouts.total_seconds`. On a timeout, or anything else that
     interrupts the wait, the whole process group is killed before the exception leaves.
 
-    With `sandbox` the command runs in it, seeing `writable` read-write and the host's network
-    only with `network`; killing bwrap ends every process of the sandbox (its pid namespace).
+    With `sandbox` the command runs in it, seeing `writable` read-write and reaching only the
+    `network` (host, port) pairs, through a proxy that lives as long as the command (what it
+    refused or could not reach is logged); killing bwrap ends every process of the sandbox
+    (its pid namespace).
     """
     argv = [str(arg) for arg in argv]
     log("$ " + redact(shlex.join(argv)))
@@ -193,6 +195,15 @@ def run_logged(
             start_new_session=True,
             **popen,
         )
+        outcome = _follow(process, log=log, deadline=deadline, timeouts=timeouts, stage=stage)
+        # pip says nothing of an index page the proxy could not fetch; these lines do.
+        for line in confined.egress_lines() if sandbox is not None else ():
+            outcome.lines.append(line)
+            log(line)
+        return outcome
+
+
+def _follow(process: subprocess.Popen, *, log: Log, deadline: float, timeouts: Timeouts, stage: str) -> Outcome:
     assert process.stdout is not None
     lines: deque[str] = deque(maxlen=2000)
     selector = selectors.DefaultSelector()

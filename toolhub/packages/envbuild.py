@@ -44,8 +44,8 @@ With a `sandbox` (`toolhub.sandbox.build.BuildSandbox`; the worker always passes
 step runs in bubblewrap as the build user and sees only: ToolHub's own virtualenv (pip-tools,
 uv), the interpreter, the local wheelhouses and file:// indexes and the CA bundle of
 `IndexSettings`, read-only; its own scratch directory, the environment being built and the
-download cache, read-write. The lock and the install have the host's network when the index
-settings name a place that is not on this host (`IndexSettings.needs_network`), none when
+download cache, read-write. The lock and the install reach, through a proxy, exactly the index
+hosts of the settings that are not on this host (`IndexSettings.index_hosts`), nothing when
 every index and wheelhouse is local; creating the virtualenv and byte-compiling it (where a
 wheel's `.pth` code runs) never have any. The finished environment is given back to the worker's account before it is published.
 `sandbox=None` runs the steps directly, for tests of this module alone.
@@ -162,13 +162,22 @@ class IndexSettings:
             return []
         return ["--only-binary=:all:", *(f"--no-binary={name}" for name in sorted(self.source_packages))]
 
-    def needs_network(self) -> bool:
-        """Whether locking and installing must reach the network: some index or find-links
-        location is not on this host (no index given means PyPI)."""
+    def index_hosts(self) -> tuple[tuple[str, int], ...]:
+        """The (host, port) pairs locking and installing must reach: those of each index and
+        find-links location that is not on this host (no index given means PyPI, whose files
+        are on files.pythonhosted.org). Empty when everything is on this host."""
         places = [*self.find_links]
         if not self.no_index:
             places += [self.index_url or "https://pypi.org/simple", *self.extra_index_urls]
-        return any(urlsplit(place).scheme not in ("", "file") for place in places)
+        hosts: list[tuple[str, int]] = []
+        for place in places:
+            parts = urlsplit(place)
+            if parts.scheme in ("", "file") or not parts.hostname:
+                continue
+            hosts.append((parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)))
+            if hosts[-1] == ("pypi.org", 443):
+                hosts.append(("files.pythonhosted.org", 443))
+        return tuple(dict.fromkeys(hosts))
 
     def local_paths(self) -> list[str]:
         """The host directories and files these settings read packages from (a build sandbox
@@ -321,7 +330,7 @@ def compile_lock(
         stage="lock",
         sandbox=confined,
         writable=(workdir, cache),
-        network=index.needs_network(),
+        network=index.index_hosts(),
     )
     text = _read_regular(output)
     if result.returncode != 0 or text is None:
@@ -342,7 +351,7 @@ def _confine(
             readable.append(str(prefix))
     for path in owned:
         sandbox.own(path)
-    return dataclasses.replace(sandbox, readable=tuple(dict.fromkeys(readable)))
+    return dataclasses.replace(sandbox, readable=tuple(dict.fromkeys(readable)), python=interpreter)
 
 
 def _failure(tool: str, result: Outcome, index: IndexSettings, *, constraints: Sequence[str] = ()) -> BuildFailed:
@@ -566,7 +575,7 @@ def _build(
                 sandbox, index=index, interpreter=interpreter, owned=(Path(scratch), partial, cache_dir)
             )
 
-            def step(argv: list[str], tool: str, *, network: bool, writable: Sequence[Path]) -> None:
+            def step(argv: list[str], tool: str, *, network: Sequence[tuple[str, int]], writable: Sequence[Path]) -> None:
                 result = run_logged(
                     argv,
                     env=env,
@@ -587,7 +596,7 @@ def _build(
             step(
                 [uv, "venv", "--no-project", "--relocatable", "--python", interpreter, str(partial)],
                 "uv venv",
-                network=False,
+                network=(),
                 writable=[partial],
             )
             python = str(environment_python(partial))
@@ -604,7 +613,7 @@ def _build(
                     str(lock_file),
                 ],
                 "uv pip install",
-                network=index.needs_network(),
+                network=index.index_hosts(),
                 writable=[partial, cache_dir],
             )
             # The sandbox runs with PYTHONDONTWRITEBYTECODE on a read-only mount, so compile
@@ -625,7 +634,7 @@ def _build(
                     str(partial / "lib"),
                 ],
                 "compileall",
-                network=False,
+                network=(),
                 writable=[partial],
             )
         if confined is not None:

@@ -27,6 +27,10 @@ work and makes failures readable:
 
 Child processes inherit the proxy variables but not the Python-level patches.
 
+Run as a script (`python egress_forwarder.py SOCKET -- COMMAND...`) it starts the forwarder
+for that socket and runs the command with the proxy variables set (and no NO_PROXY); package
+builds use it (`toolhub.sandbox.build`).
+
 This module uses only the standard library and imports nothing from the rest of the runtime.
 """
 
@@ -39,6 +43,7 @@ import functools
 import importlib.machinery
 import os
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
@@ -361,6 +366,23 @@ def enable_egress(*, socket_path: str = DEFAULT_SOCKET_PATH, port: int = DEFAULT
     install_aiohttp_trust_env()
     install_clear_network_errors(granted=True)
     return forwarder
+
+
+def main(args: Sequence[str]) -> int:
+    """`SOCKET -- COMMAND...`: run the command behind a forwarder to SOCKET; its exit status."""
+    socket_path, separator, *command = args
+    if separator != "--" or not command:
+        raise SystemExit("usage: egress_forwarder.py SOCKET -- COMMAND...")
+    forwarder = EgressForwarder(socket_path=socket_path).start()
+    env = {name: value for name, value in os.environ.items() if name.lower() != "no_proxy"}
+    try:
+        return subprocess.call(command, env=env | proxy_environment(forwarder.proxy_url))
+    finally:
+        forwarder.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
 
 
 __all__ = [

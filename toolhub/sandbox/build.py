@@ -9,12 +9,16 @@ runs in bubblewrap as the unprivileged build user (``toolhub-build``, made by
   executes bwrap has already switched to the build user, which has no capabilities inside a new
   user namespace, with ``no_new_privs``, no nested user namespaces and the run sandbox's seccomp
   filter.
-- Namespaces: user, pid, IPC, UTS and cgroup are new; the network is the host's when the step
-  needs the index (the lock and the install, when an index or wheelhouse is not on this host),
-  a new empty one otherwise (creating the virtualenv,
-  byte-compiling, where a wheel's ``.pth`` code can run). A step with the network can reach what
-  the host reaches, loopback services included: that is why no package's code runs in such a
-  step unless an admin allowed a source build of that package (binary-only is the default).
+- Namespaces: user, pid, IPC, UTS, cgroup and network are all new, so no step reaches the
+  host's loopback services (PostgreSQL, Redis) or the LAN. A step that needs the index (the
+  lock and the install, when an index or wheelhouse is not on this host) is given the index
+  hosts, exact ``(host, port)`` pairs: the worker runs an egress proxy
+  (``toolhub.sandbox.egress``, ``only_targets``) on a UNIX socket bound into the sandbox, and
+  the step runs under the run sandbox's forwarder (``toolhub/runtime/egress_forwarder.py``,
+  started as a script), which listens on the sandbox's own loopback and sets
+  ``HTTP(S)_PROXY``/``ALL_PROXY`` for pip-compile and uv. The proxy connects to those pairs
+  only, whatever address they have (a mirror on the LAN or on this host works), and refuses
+  anything else; the build log shows each refusal.
 - Filesystem: ``/usr`` read-only, the few files of ``/etc`` that name resolution and TLS need
   (``_ETC``), ``/proc`` and ``/dev`` as in the run sandbox, small ``/tmp`` and ``/dev/shm``, then
   exactly the paths the step is given: ``readable`` ones read-only (ToolHub's own virtualenv,
@@ -40,12 +44,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolhub.sandbox.egress.proxy import EgressPolicy, EgressProxy, ProxyHandle, start_proxy_thread
 from toolhub.sandbox.launcher import (
     _BWRAP_ENV,
+    _Identity,
     _privilege_kwargs,
     _proc_args,
     _resolve_identity,
@@ -74,6 +81,15 @@ _ETC = (
 # scratch directory (TMPDIR), so these only catch what ignores TMPDIR.
 _TMPFS_BYTES = 256 * 1024 * 1024
 
+# Where a networked step finds the proxy's socket. The limits only stop a runaway build; what
+# it may reach is the point.
+_EGRESS_DIR = "/run/toolhub-egress"
+# Standard library only, so it runs as a script with any Python (toolhub.sandbox imports no
+# other part of ToolHub). Its bytes are handed over, wherever ToolHub is installed.
+_FORWARDER = Path(__file__).resolve().parent.parent / "runtime" / "egress_forwarder.py"
+_FORWARDER_PATH = f"{_EGRESS_DIR}-forwarder.py"
+_EGRESS_LIMITS = {"max_bytes": 8 * 1024**3, "max_connections": 100_000}
+
 
 @dataclass(frozen=True)
 class Confined:
@@ -81,6 +97,20 @@ class Confined:
 
     argv: list[str]
     popen: dict
+    # The proxy of a step with network.
+    egress: ProxyHandle | None = None
+
+    def egress_lines(self) -> list[str]:
+        """One line for each connection the proxy refused or could not make, so far."""
+        if self.egress is None:
+            return []
+        report = self.egress.report()
+        lines = []
+        for kind in ("refused", "failed"):
+            entries = report[kind]
+            assert isinstance(entries, list)
+            lines += [f"egress {kind}: {entry['reason']}" for entry in entries]
+        return lines
 
 
 @dataclass(frozen=True)
@@ -89,6 +119,8 @@ class BuildSandbox:
     bwrap: str = "bwrap"
     # Host paths every step sees read-only, at the same path.
     readable: tuple[str, ...] = ()
+    # The Python a networked step's forwarder runs with; one the sandbox sees.
+    python: str = "/usr/bin/python3"
 
     def check(self) -> None:
         """Raise ``SandboxUnavailable`` if builds cannot be confined on this host."""
@@ -115,36 +147,77 @@ class BuildSandbox:
         env: Mapping[str, str],
         cwd: Path,
         writable: Sequence[Path],
-        network: bool,
+        network: Sequence[tuple[str, int]],
     ) -> Iterator[Confined]:
-        """The bwrap command line for one step; the descriptors it needs stay open until the
-        ``with`` block ends, which the caller leaves once Popen has returned."""
+        """The bwrap command line for one step, which reaches only the ``network`` pairs; the
+        descriptors and the proxy it needs stay until the ``with`` block ends, which the caller
+        leaves once the step has ended."""
         identity = _resolve_identity(bwrap=self.bwrap, sandbox_user=self.user)
         fds: list[int] = []
+        with contextlib.ExitStack() as stack:
+            egress = None
+            if network:
+                egress = stack.enter_context(_egress_proxy(network, identity.uid if identity.switch else None))
+                argv = [self.python, "-I", _FORWARDER_PATH, f"{_EGRESS_DIR}/egress.sock", "--", *argv]
+            try:
+                yield self._confined(identity, argv, env, cwd, writable, egress, fds)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+    def _confined(
+        self,
+        identity: _Identity,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        writable: Sequence[Path],
+        egress: ProxyHandle | None,
+        fds: list[int],
+    ) -> Confined:
+        args = [identity.bwrap, "--unshare-all"]
+        args += ["--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+        args += ["--hostname", "toolhub-build", "--clearenv"]
+        for name, value in env.items():
+            args += ["--setenv", name, value]
+        args += [*_usr_args(), *_proc_args(), "--dev", "/dev"]
+        for mount in ("/tmp", "/dev/shm"):
+            args += ["--size", str(_TMPFS_BYTES), "--tmpfs", mount]
+        # After the tmpfs mounts, which would hide what is bound below them.
+        binds = [("--ro-bind-fd", path) for path in (*_ETC, *self.readable) if os.path.exists(path)]
+        binds += [("--bind-fd", str(path)) for path in writable]
+        for option, path in binds:
+            _require_reachable(path, identity.uid)
+            args += [option, _open(path, fds), path]
+        if egress is not None:
+            args += ["--ro-bind-fd", _open(os.path.dirname(egress.socket_path), fds), _EGRESS_DIR]
+            script = os.memfd_create("egress-forwarder", os.MFD_CLOEXEC)
+            fds.append(script)
+            os.write(script, _FORWARDER.read_bytes())
+            os.lseek(script, 0, os.SEEK_SET)
+            args += ["--perms", "0444", "--ro-bind-data", str(script), _FORWARDER_PATH]
+        seccomp = _seccomp_fd()
+        fds.append(seccomp)
+        args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", str(cwd)]
+        args += ["--seccomp", str(seccomp), "--", *argv]
+        popen = {"env": dict(_BWRAP_ENV), "cwd": "/", "pass_fds": tuple(fds), **_privilege_kwargs(identity)}
+        return Confined(argv=args, popen=popen, egress=egress)
+
+
+@contextlib.contextmanager
+def _egress_proxy(targets: Sequence[tuple[str, int]], owner: int | None) -> Iterator[ProxyHandle]:
+    """A proxy to exactly ``targets`` on a socket only the build user (``owner``) may use."""
+    with tempfile.TemporaryDirectory(prefix="toolhub-build-egress-") as directory:
+        os.chmod(directory, 0o711)
+        policy = EgressPolicy(allow_hosts=None, **_EGRESS_LIMITS)
+        proxy = EgressProxy(policy, os.path.join(directory, "egress.sock"), socket_mode=0o600, only_targets=targets)
+        handle = start_proxy_thread(proxy)
         try:
-            args = [identity.bwrap, "--unshare-all", *(["--share-net"] if network else [])]
-            args += ["--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
-            args += ["--hostname", "toolhub-build", "--clearenv"]
-            for name, value in env.items():
-                args += ["--setenv", name, value]
-            args += [*_usr_args(), *_proc_args(), "--dev", "/dev"]
-            for mount in ("/tmp", "/dev/shm"):
-                args += ["--size", str(_TMPFS_BYTES), "--tmpfs", mount]
-            # After the tmpfs mounts, which would hide what is bound below them.
-            binds = [("--ro-bind-fd", path) for path in (*_ETC, *self.readable) if os.path.exists(path)]
-            binds += [("--bind-fd", str(path)) for path in writable]
-            for option, path in binds:
-                _require_reachable(path, identity.uid)
-                args += [option, _open(path, fds), path]
-            seccomp = _seccomp_fd()
-            fds.append(seccomp)
-            args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", str(cwd)]
-            args += ["--seccomp", str(seccomp), "--", *argv]
-            popen = {"env": dict(_BWRAP_ENV), "cwd": "/", "pass_fds": tuple(fds), **_privilege_kwargs(identity)}
-            yield Confined(argv=args, popen=popen)
+            if owner is not None:
+                os.chown(handle.socket_path, owner, -1)
+            yield handle
         finally:
-            for fd in fds:
-                os.close(fd)
+            handle.stop()
 
 
 def _open(path: str, fds: list[int]) -> str:

@@ -169,6 +169,12 @@ class _Upstream:
 # Defaults for the injectable parts
 
 
+def _bare(host: str) -> str:
+    """A host name normalized, without the brackets of an IPv6 literal."""
+    name = normalize_host(host)
+    return name[1:-1] if name.startswith("[") and name.endswith("]") else name
+
+
 async def _system_resolver(host: str, port: int) -> list[str]:
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
@@ -190,6 +196,11 @@ class EgressProxy:
     local test server: exact `(ip, port)` pairs on loopback that a *resolved name* may connect to
     (raw IP literals are never exempt). It exists only on this constructor: `EgressPolicy`,
     `run_proxy_in_thread` and therefore settings and the UI cannot set it.
+
+    `only_targets`, when given, replaces the allowlist and the address checks: exactly these
+    `(host, port)` pairs are reachable, whatever addresses they resolve to, and nothing else.
+    Package builds use it for the index hosts the admin configured, which may well be a mirror
+    on the LAN or on this host (`toolhub.sandbox.build`).
     """
 
     def __init__(
@@ -202,6 +213,7 @@ class EgressProxy:
         socket_mode: int = 0o666,
         local_networks: Callable[[], list[IPNetwork]] | None = None,
         test_only_loopback_targets: Collection[tuple[str, int]] = (),
+        only_targets: Collection[tuple[str, int]] | None = None,
     ) -> None:
         self.policy = policy
         self.socket_path = os.fspath(socket_path)
@@ -215,6 +227,9 @@ class EgressProxy:
         for ip, _port in self._test_targets:
             if not ipaddress.ip_address(ip).is_loopback:
                 raise ValueError(f"test_only_loopback_targets may only name loopback, not {ip}")
+        self._only_targets = (
+            None if only_targets is None else frozenset((_bare(host), int(port)) for host, port in only_targets)
+        )
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._hosts: dict[tuple[str, int], _HostRecord] = {}
@@ -301,9 +316,7 @@ class EgressProxy:
 
     def _check_name(self, host: str) -> str:
         """Refuse hosts the allowlist does not cover; return the name to resolve."""
-        name = normalize_host(host)
-        if name.startswith("[") and name.endswith("]"):
-            name = name[1:-1]
+        name = _bare(host)
         if not host_matches_allowlist(name, self.policy.allow_hosts):
             allowed = ", ".join(self.policy.allow_hosts or [])
             raise _Refused(f"{name} is not in this toolkit's allowlist ({allowed})")
@@ -320,12 +333,7 @@ class EgressProxy:
         name_reason = host_name_refusal_reason(name)
         if name_reason is not None:
             raise _Refused(name_reason)
-        try:
-            found = await asyncio.wait_for(self._resolve(name, port), RESOLVE_TIMEOUT_SECONDS)
-        except (TimeoutError, OSError) as exc:
-            raise _Failed(f"could not resolve {name}: {exc or 'timed out'}") from exc
-        if not found:
-            raise _Failed(f"could not resolve {name}: no addresses")
+        found = await self._resolved(name, port)
         addresses: list[str] = []
         # Read for every connection: the host's own addresses, public ones included, are never
         # a destination (a service bound to 0.0.0.0 on the worker host would answer).
@@ -341,6 +349,15 @@ class EgressProxy:
             addresses.append(dial_address(ip))
         return list(dict.fromkeys(addresses))
 
+    async def _resolved(self, name: str, port: int) -> list[str]:
+        try:
+            found = await asyncio.wait_for(self._resolve(name, port), RESOLVE_TIMEOUT_SECONDS)
+        except (TimeoutError, OSError) as exc:
+            raise _Failed(f"could not resolve {name}: {exc or 'timed out'}") from exc
+        if not found:
+            raise _Failed(f"could not resolve {name}: no addresses")
+        return found
+
     async def _open_upstream(self, host: str, port: int) -> _Upstream:
         """Apply every check, then connect to one of the addresses that were checked."""
         # Once a transfer was cut at the limit, the invocation gets no new connections, even
@@ -351,8 +368,15 @@ class EgressProxy:
         if self._connections >= self.policy.max_connections:
             self._limit_reached("connections")
             raise _Refused(f"connection limit reached ({self.policy.max_connections} per invocation)")
-        name = self._check_name(host)
-        addresses = await self._checked_addresses(name, port)
+        if self._only_targets is None:
+            name = self._check_name(host)
+            addresses = await self._checked_addresses(name, port)
+        else:
+            name = _bare(host)
+            if (name, port) not in self._only_targets:
+                allowed = ", ".join(sorted(f"{h}:{p}" for h, p in self._only_targets))
+                raise _Refused(f"{name}:{port} is not one of the hosts allowed here ({allowed})")
+            addresses = await self._resolved(name, port)
         self._connections += 1
         errors: list[str] = []
         for ip in addresses:
@@ -362,7 +386,8 @@ class EgressProxy:
                 errors.append(f"{ip}: timed out")
                 continue
             except OSError as exc:
-                errors.append(f"{ip}: {exc.strerror or exc}")
+                # asyncio's strerror is "Connect call failed (...)"; the errno says why.
+                errors.append(f"{ip}: {os.strerror(exc.errno) if exc.errno else exc}")
                 continue
             record = self._hosts.get((name, port))
             if record is None:
