@@ -1186,3 +1186,24 @@ def test_a_sandboxed_process_reaches_an_allowed_host_and_nothing_else(web_port: 
     assert denied["direct"][0] == "EgressUnavailableError"
     assert "no network egress" in denied["direct"][2]
     assert "no network egress" in denied["lookup"][1]
+
+
+def test_only_targets_reach_exactly_those_pairs_whatever_their_addresses(socket_dir: Path, echo_port) -> None:
+    # What package builds use for their index hosts: a mirror on loopback or on the LAN is
+    # reachable at its own port, and nothing else is, not even the same host at another port.
+    connect = RedirectingConnect(echo_port)
+    proxy = EgressProxy(
+        EgressPolicy(allow_hosts=None, max_bytes=BIG, max_connections=100),
+        socket_dir / "build.sock",
+        resolver=FakeResolver({"mirror.lan": ["10.1.2.3"]}),
+        connect=connect,
+        only_targets=[("127.0.0.1", 8080), ("Mirror.LAN", 443)],
+    )
+    with start_proxy_thread(proxy) as handle:
+        assert connect_status(handle, "127.0.0.1:8080") == (200, "")
+        assert connect_status(handle, "mirror.lan:443") == (200, "")
+        for target in ("127.0.0.1:5432", "127.0.0.1:6379", "mirror.lan:80", "pypi.org:443", "[::1]:8080"):
+            status, body = connect_status(handle, target)
+            assert status == 403, target
+            assert "is not one of the hosts allowed here (127.0.0.1:8080, mirror.lan:443)" in body, body
+    assert connect.calls == [("127.0.0.1", 8080), ("10.1.2.3", 443)]

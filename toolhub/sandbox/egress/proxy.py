@@ -175,6 +175,14 @@ def _bare(host: str) -> str:
     return name[1:-1] if name.startswith("[") and name.endswith("]") else name
 
 
+def _literal(name: str) -> list[str]:
+    """The address to dial for an IP literal; nothing for a name."""
+    try:
+        return [dial_address(ipaddress.ip_address(name))]
+    except ValueError:
+        return []
+
+
 async def _system_resolver(host: str, port: int) -> list[str]:
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
@@ -376,7 +384,7 @@ class EgressProxy:
             if (name, port) not in self._only_targets:
                 allowed = ", ".join(sorted(f"{h}:{p}" for h, p in self._only_targets))
                 raise _Refused(f"{name}:{port} is not one of the hosts allowed here ({allowed})")
-            addresses = await self._resolved(name, port)
+            addresses = _literal(name) or await self._resolved(name, port)
         self._connections += 1
         errors: list[str] = []
         for ip in addresses:
