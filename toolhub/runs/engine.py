@@ -13,8 +13,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, OuterRef, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models import Count, F, Max, Min, Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
@@ -266,16 +265,25 @@ def run_next(woken_by: str) -> None:
 def fairest_queued():
     """The id of the queued invocation to run next, or None: that of the user with the fewest
     invocations running, then of the user served longest ago (never served first), their
-    oldest. An agent run's tool calls are run by the agent's own worker (run), not from here."""
-    per_user = Invocation.objects.filter(user=OuterRef("user_id")).order_by()
-    busy = per_user.filter(status__in=BUSY).values("user").annotate(n=Count("pk")).values("n")
-    served = per_user.filter(started_at__isnull=False).order_by("-started_at").values("started_at")[:1]
-    return (
-        Invocation.objects.filter(status=RunStatus.QUEUED).exclude(surface=Surface.AGENT)
-        .annotate(busy=Coalesce(Subquery(busy), 0), served=Subquery(served))
-        .order_by("busy", F("served").asc(nulls_first=True), "created_at")
-        .values_list("pk", flat=True).first()
+    oldest. An agent run's tool calls are run by the agent's own worker (run), not from here.
+
+    Decided per waiting user, not per queued row: a subquery per row walked all of a user's
+    invocations once for each of their queued ones (~200 ms a pick with 1,000 queued)."""
+    waiting = Invocation.objects.filter(status=RunStatus.QUEUED).exclude(surface=Surface.AGENT).order_by()
+    oldest = dict(waiting.values("user").annotate(first=Min("created_at")).values_list("user", "first"))
+    if not oldest:
+        return None
+    mine = Invocation.objects.filter(user__in=oldest).order_by()
+    busy = dict(mine.filter(status__in=BUSY).values("user").annotate(n=Count("pk")).values_list("user", "n"))
+    served = dict(
+        mine.filter(started_at__isnull=False).values("user").annotate(last=Max("started_at")).values_list("user", "last")
     )
+
+    def turn(user: int) -> tuple:
+        last = served.get(user)
+        return busy.get(user, 0), last is not None, last or oldest[user], oldest[user]
+
+    return waiting.filter(user=min(oldest, key=turn)).order_by("created_at").values_list("pk", flat=True).first()
 
 
 def run(invocation_id: str) -> None:
