@@ -60,8 +60,9 @@ def test_the_list_is_in_the_admin_menu(as_admin):
 def test_the_list_query_count_is_pinned(as_admin, admin, django_assert_num_queries):
     for i in range(6):
         services.connection_create(data=services.ConnectionInput(name=f"c{i}", base_url="http://h/v1", models=[]), by=admin)
-    # Session, user, connections, their groups, and the menu's count of packages waiting.
-    with django_assert_num_queries(5):
+    # Session, user, connections, their groups, and the menu's counts of packages and of
+    # revisions waiting (the admin's two badges).
+    with django_assert_num_queries(6):
         assert as_admin.get("/models/").status_code == 200
 
 
