@@ -423,12 +423,7 @@ def invocation_respond(request: AuthenticatedHttpRequest, invocation_id) -> Http
         # The fragment replaces the dialog, so the problem (say, the call timed out
         # meanwhile) is shown in it rather than on some later page.
         invocation.refresh_from_db()
-        ctx = _invocation_context(request, invocation)
-        ctx["respond_error"] = problem
-        return render(request, "runs/_live.html", ctx)
-    if problem:
-        messages.error(request, problem)
-    return redirect(invocation)
+    return _after_action(request, invocation, problem)
 
 
 @login_required
@@ -442,6 +437,12 @@ def invocation_cancel(request: AuthenticatedHttpRequest, invocation_id) -> HttpR
         if exc.status == 403:
             raise PermissionDenied(_("Only the person who started the run and admins may cancel it.")) from None
         problem = _("The run had already finished.")
+    return _after_action(request, invocation, problem)
+
+
+def _after_action(request: AuthenticatedHttpRequest, invocation, problem: str) -> HttpResponse:
+    """The answer to an action on a run (an answer to a question, a cancel): for htmx the
+    live fragment with the problem shown in it, else the run's page with it as a message."""
     if request.headers.get("HX-Request"):
         ctx = _invocation_context(request, invocation)
         ctx["respond_error"] = problem
