@@ -24,6 +24,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -829,6 +830,68 @@ def test_stopping_closes_open_tunnels(start_proxy, echo_port: int) -> None:
         assert _read_all(sock) == b""
     assert not Path(handle.socket_path).exists()
     assert report["hosts"][0]["bytes_in"] == 4
+
+
+# One proxy for many calls (a warm sandbox's), one at a time
+
+
+def test_each_call_gets_a_report_and_limits_of_its_own(start_proxy, web_port: int) -> None:
+    names = FakeResolver({"web.example.test": [PUBLIC_IP]})
+    handle = start_proxy(max_connections=1, names=names, connect=RedirectingConnect(web_port))
+    assert get(handle, "http://web.example.test/one")[0] == 200
+    refused, _, body = get(handle, "http://web.example.test/two")
+    assert (refused, body) == (403, b"ToolHub egress refused: connection limit reached (1 per invocation)\n")
+
+    first = handle.end_call()
+    assert get(handle, "http://web.example.test/three")[0] == 200
+    second = handle.end_call()
+    nothing = handle.end_call()
+
+    assert first["connections"] == 1 and first["limits_reached"] == ["connections"]
+    assert len(first["refused"]) == 1 and first["hosts"][0]["connections"] == 1
+    # The second call was allowed its own connection, and its report holds only that one.
+    assert second["connections"] == 1 and second["refused"] == [] and second["limits_reached"] == []
+    assert second["hosts"][0]["bytes_in"] > 0 and second["hosts"][0]["bytes_out"] > 0
+    assert (nothing["connections"], nothing["hosts"], nothing["bytes_in"]) == (0, [], 0)
+    assert Path(handle.socket_path).exists()
+
+
+def test_ending_a_call_closes_what_it_left_open(start_proxy, echo_port: int) -> None:
+    names = FakeResolver({"echo.example.test": ["127.0.0.1"]})
+    handle = start_proxy(names=names, targets=(("127.0.0.1", echo_port),))
+    sock, head = open_tunnel(handle, f"echo.example.test:{echo_port}")
+    with sock:
+        assert head.startswith(b"HTTP/1.1 200 ")
+        sock.sendall(b"ping")
+        assert sock.recv(4) == b"ping"
+
+        report = handle.end_call()
+
+        # Closed, and nothing sent on it later is counted for the next call.
+        assert _read_all(sock) == b""
+    assert report["hosts"][0]["bytes_in"] == 4
+    assert handle.end_call()["bytes_in"] == 0
+
+
+def test_a_request_a_call_left_in_the_backlog_is_never_carried_out(start_proxy, web_port: int) -> None:
+    connect = RedirectingConnect(web_port)
+    handle = start_proxy(names=FakeResolver({"web.example.test": [PUBLIC_IP]}), connect=connect)
+    assert handle._loop is not None
+    # The proxy's loop is held up while the call sends a request and ends, so the connection
+    # still waits in the listener's backlog when the call's end is reported.
+    handle._loop.call_soon_threadsafe(time.sleep, 0.5)
+    with socket.socket(socket.AF_UNIX) as left:
+        left.connect(handle.socket_path)
+        left.sendall(b"GET http://web.example.test/left HTTP/1.1\r\n\r\n")
+
+    ended = handle.end_call()
+
+    assert (ended["connections"], ended["hosts"]) == (0, [])
+    time.sleep(0.2)
+    assert connect.calls == [] and handle.report()["connections"] == 0
+    # The proxy goes on serving the next call.
+    assert get(handle, "http://web.example.test/next")[0] == 200
+    assert connect.calls == [(PUBLIC_IP, 80)]
 
 
 def test_the_test_only_switch_cannot_come_from_settings() -> None:

@@ -1,8 +1,10 @@
 """The host-side egress proxy: the only way out of a sandbox that was granted network egress.
 
 A sandbox keeps its own network namespace, which has nothing but a loopback interface. When an
-admin grants a toolkit egress, the worker starts one `EgressProxy` per invocation, listening on a
-UNIX socket that is bind-mounted into the sandbox; a small forwarder inside the sandbox
+admin grants a toolkit egress, the worker starts an `EgressProxy` listening on a UNIX socket that
+is bind-mounted into the sandbox: one per invocation for a cold sandbox, one for the life of a
+warm sandbox, which serves one invocation at a time and whose report and limits start again with
+each (`end_call`). A small forwarder inside the sandbox
 (`toolhub/runtime/egress_forwarder.py`) turns it into the TCP address that `HTTP_PROXY` and
 `HTTPS_PROXY` name. Everything that leaves therefore passes through this module, which is why
 it trusts nothing the sandbox sends.
@@ -197,7 +199,8 @@ async def _open_tcp(ip: str, port: int) -> tuple[asyncio.StreamReader, asyncio.S
 
 
 class EgressProxy:
-    """A filtering HTTP proxy on a UNIX socket, for one invocation of one toolkit.
+    """A filtering HTTP proxy on a UNIX socket, for one invocation of one toolkit at a time
+(`end_call` ends one and starts counting the next).
 
     `resolver(host, port) -> list of IP strings` and `connect(ip, port) -> (reader, writer)` can
     be replaced in tests. `test_only_loopback_targets` is the one way to let the proxy reach a
@@ -238,8 +241,14 @@ class EgressProxy:
         self._only_targets = (
             None if only_targets is None else frozenset((_bare(host), int(port)) for host, port in only_targets)
         )
-        self._server: asyncio.AbstractServer | None = None
+        self._listener: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Connections accepted whose task has not run yet (a cancelled one never will).
+        self._unstarted: dict[asyncio.Task[None], socket.socket] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        """Start counting from nothing: the report and the limits are per invocation."""
         self._hosts: dict[tuple[str, int], _HostRecord] = {}
         self._refused: list[dict[str, object]] = []
         self._failed: list[dict[str, object]] = []
@@ -252,20 +261,96 @@ class EgressProxy:
     # Life cycle
 
     async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._serve_client, path=self.socket_path, limit=MAX_HEAD_BYTES)
-        # The sandbox runs as another user and must be able to connect; keep the socket in a
-        # per-run directory that only lets that user traverse it (see the module docstring).
-        os.chmod(self.socket_path, self.socket_mode)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+        try:
+            listener.bind(self.socket_path)
+            # The sandbox runs as another user and must be able to connect; keep the socket in a
+            # per-run directory that only lets that user traverse it (see the module docstring).
+            os.chmod(self.socket_path, self.socket_mode)
+            listener.listen(MAX_OPEN_CLIENTS)
+        except BaseException:
+            listener.close()
+            raise
+        self._listener = listener
+        asyncio.get_running_loop().add_reader(listener.fileno(), self._accept)
 
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+    def _accept(self) -> None:
+        """Accept what is waiting, each connection registered in the same step: a call that
+        ends (`end_call`) then finds every connection it opened, none half-accepted."""
+        for connection in self._pending():
+            task = asyncio.ensure_future(self._serve_socket(connection))
+            self._tasks.add(task)
+            self._unstarted[task] = connection
+            task.add_done_callback(self._tasks.discard)
+
+    def _pending(self) -> list[socket.socket]:
+        """The connections waiting in the listener's backlog, accepted."""
+        accepted: list[socket.socket] = []
+        while self._listener is not None and len(accepted) < MAX_OPEN_CLIENTS:
+            try:
+                connection, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                # Out of descriptors: leave the rest in the backlog and look again in a second
+                # (the listener stays readable, so asking at once would spin).
+                logger.warning("egress proxy: cannot accept a connection: %s", exc)
+                loop = asyncio.get_running_loop()
+                loop.remove_reader(self._listener.fileno())
+                loop.call_later(1.0, self._listen_again)
+                break
+            connection.setblocking(False)
+            accepted.append(connection)
+        return accepted
+
+    def _listen_again(self) -> None:
+        if self._listener is not None:
+            asyncio.get_running_loop().add_reader(self._listener.fileno(), self._accept)
+
+    async def _serve_socket(self, connection: socket.socket) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._unstarted.pop(task, None)
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=connection, limit=MAX_HEAD_BYTES)
+        except BaseException:
+            connection.close()
+            raise
+        await self._serve_client(reader, writer)
+
+    async def _close_connections(self) -> None:
+        while waiting := self._pending():
+            for connection in waiting:
+                connection.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        for connection in self._unstarted.values():
+            connection.close()
+        self._unstarted.clear()
+
+    async def end_call(self) -> dict[str, object]:
+        """The report of the call that just ended, and nothing counted for the next one.
+
+        For a proxy that serves one sandbox for many calls, one at a time (a warm sandbox):
+        the caller says when every process of the call is gone. Whatever the call still has
+        open, or left waiting in the backlog, is closed first, so that nothing it started is
+        carried out, or counted, during the next call; then the counters and limits start
+        again from nothing, as for a new proxy.
+        """
+        await self._close_connections()
+        report = self.report()
+        self._reset()
+        return report
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            asyncio.get_running_loop().remove_reader(self._listener.fileno())
+        await self._close_connections()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
 
@@ -409,9 +494,6 @@ class EgressProxy:
     # Serving
 
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         try:
             if len(self._tasks) > MAX_OPEN_CLIENTS:
                 self._record_attempt(self._refused, "", 0, f"more than {MAX_OPEN_CLIENTS} open connections")
@@ -433,7 +515,6 @@ class EgressProxy:
         except Exception:
             logger.exception("egress proxy: unexpected error")
         finally:
-            self._tasks.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -759,6 +840,13 @@ class ProxyHandle:
                 self._loop.call_soon_threadsafe(self._stopping.set)
             self._thread.join(timeout)
         return self.proxy.report()
+
+    def end_call(self, timeout: float = 10.0) -> dict[str, object]:
+        """`EgressProxy.end_call` on the proxy's loop: the ended call's report; the proxy
+        goes on listening, with nothing counted, for the next call."""
+        if not self._thread.is_alive() or self._loop is None:
+            raise RuntimeError("the egress proxy is not running")
+        return asyncio.run_coroutine_threadsafe(self.proxy.end_call(), self._loop).result(timeout)
 
     def report(self) -> dict[str, object]:
         """The report so far; safe to call while the proxy runs."""
