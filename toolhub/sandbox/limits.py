@@ -64,4 +64,6 @@ class SandboxOutcome:
     cgroups: bool = False
     messages: int = 0
     output_bytes: int = 0
+    # What the egress proxy reports for this run (hosts, bytes, refusals), when it had one.
+    egress: dict | None = None
 

@@ -21,8 +21,14 @@ Invariants, and what holds each:
   choice; wall time, output and message size
   watched by the same session code; a call that hits one is killed (through a pidfd the parent
   passes up) without touching the sandbox.
-- A sandbox is keyed by its environment and runtime copy; toolkits with an egress grant (a proxy
-  bound per run) are never run warm.
+- A sandbox is keyed by its environment, its runtime copy, the limits fixed for its life and
+  its egress policy (``toolhub.sandbox.egress.endpoint.policy_key``: the allowlist and the byte
+  and connection caps; no grant is a key of its own, whose sandboxes have no proxy socket at
+  all). A sandbox with a policy starts its own egress proxy, bound in at ``/run/egress.sock``
+  and owned by its leased uid (0600 in a 0700 directory), and stops it when it retires; after
+  each call the proxy closes whatever the call left open and hands over that call's report
+  (``SandboxOutcome.egress``), so reports and caps are per call, as in a cold sandbox. A changed
+  grant is another key: the next call never reaches the old proxy.
 
 Django-free; ``toolhub.runs.sandbox`` decides when to use a pool.
 """
@@ -49,6 +55,8 @@ from typing import NoReturn
 
 from toolhub.sandbox import launcher
 from toolhub.sandbox.cgroups import RunCgroups
+from toolhub.sandbox.egress.endpoint import EgressEndpoint, PolicyKey, policy_key, start_endpoint
+from toolhub.sandbox.egress.rules import EgressPolicy
 from toolhub.sandbox.limits import Limits, SandboxOutcome, SandboxUnavailable
 from toolhub.sandbox.session import RunState, Session, outcome
 from toolhub.sandbox.uids import UidPool
@@ -181,6 +189,8 @@ class WarmSandbox:
     bwrap: str = "bwrap"
     sandbox_user: str = launcher.DEFAULT_SANDBOX_USER
     uid_pool: UidPool | None = None
+    # What the sandbox's own egress proxy lets through; None: no proxy, no network.
+    egress: EgressPolicy | None = None
     max_calls: int = 100
     max_age: float = 600.0
     cgroup_root: Path | None = launcher.DEFAULT_CGROUP_ROOT
@@ -200,6 +210,7 @@ class WarmSandbox:
     def start(self) -> WarmSandbox:
         self._lease = None
         self._reservation = None
+        self._endpoint: EgressEndpoint | None = None
         if self.budget is not None:
             self._reservation = self.budget.reserve(self.estimate)
             if self._reservation is None:
@@ -211,6 +222,10 @@ class WarmSandbox:
                 user = self._lease.user.name
             self._identity = launcher._resolve_identity(bwrap=self.bwrap, sandbox_user=user)
             self._own_uid = self._lease is not None
+            if self.egress is not None:
+                self._endpoint = start_endpoint(self.egress)
+                if self._identity.switch:
+                    self._endpoint.hand_to(self._identity.uid, self._identity.gid)
             self._spawn()
             self.memory_bytes = self.memory()["pss"]
             if self.budget is not None and self._reservation is not None:
@@ -331,6 +346,9 @@ class WarmSandbox:
         args += ["--ro-bind", str(self.interpreter_env), launcher.SANDBOX_ENV_PATH]
         args += ["--ro-bind", str(self.runtime_dir), launcher.SANDBOX_RUNTIME_PATH]
         args += ["--size", str(_TOOLKIT_TMPFS_BYTES), "--tmpfs", "/opt/toolkit"]
+        if self._endpoint is not None:
+            for host_path, sandbox_path in self._endpoint.binds():
+                args += ["--ro-bind", str(host_path), sandbox_path]
         args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp"]
         args += ["--seccomp", str(seccomp_fd), "--", *FORKSERVER_ARGV]
         return args
@@ -389,19 +407,41 @@ class WarmSandbox:
             raise RuntimeError("a warm sandbox serves one call at a time, and none once retired")
         self.busy = True
         try:
-            return self._call(source=source, request=request, limits=limits, on_message=on_message, cancel=cancel)
+            result = self._call(source=source, request=request, limits=limits, on_message=on_message, cancel=cancel)
         finally:
             self.busy = False
             self.calls += 1
             self.last_used = time.monotonic()
+            # Also after a call that raised: the next call starts with nothing counted.
+            egress = self._end_egress_call()
             if self.problems or self.calls >= self.max_calls or not self.usable():
                 self.retire()
+        result.egress = egress
+        return result
+
+    def _end_egress_call(self) -> dict | None:
+        """The egress report of the call that just ended (every process of it is gone)."""
+        endpoint = self._endpoint
+        if endpoint is None:
+            return None
+        if self.retired:
+            # Stopped with the sandbox (mid-call): what it counted since the last call ended.
+            return endpoint.stop()
+        if endpoint.alive():
+            try:
+                return endpoint.handle.end_call()
+            except (RuntimeError, TimeoutError) as exc:
+                self.problems.append(f"the egress proxy did not end the call: {exc!r}")
+        else:
+            self.problems.append("the egress proxy stopped")
+        return endpoint.stop()
 
     def usable(self) -> bool:
         return (
             not self.retired
             and not self.problems
             and self.process.poll() is None
+            and (self._endpoint is None or self._endpoint.alive())
             and self.calls < self.max_calls
             and time.monotonic() - self.started_at < self.max_age
         )
@@ -541,6 +581,10 @@ class WarmSandbox:
         memory = getattr(self, "_memory", None)
         if memory is not None:
             memory.kill_and_remove()
+        # Its proxy lives exactly as long: nothing is left to connect to it.
+        endpoint = getattr(self, "_endpoint", None)
+        if endpoint is not None:
+            endpoint.stop()
         lease = getattr(self, "_lease", None)
         if lease is not None:
             lease.release()
@@ -698,13 +742,13 @@ class _CallSession(Session):
 # The pool
 
 
-# A warm sandbox serves one environment, one runtime copy, and the limits that are fixed for its
-# life (its cgroups, its tmpfs sizes, the rlimits a call can only lower); CPU and wall time,
-# output and message sizes are each call's own.
-_Key = tuple[str, str, int, int, int, int, int]
+# A warm sandbox serves one environment, one runtime copy, the limits that are fixed for its
+# life (its cgroups, its tmpfs sizes, the rlimits a call can only lower) and one egress policy
+# (its proxy; None for none); CPU and wall time, output and message sizes are each call's own.
+_Key = tuple[str, str, int, int, int, int, int, PolicyKey | None]
 
 
-def _key(interpreter_env: Path, runtime_dir: Path, limits: Limits) -> _Key:
+def _key(interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None) -> _Key:
     return (
         str(Path(interpreter_env).resolve()),
         str(Path(runtime_dir).resolve()),
@@ -713,12 +757,13 @@ def _key(interpreter_env: Path, runtime_dir: Path, limits: Limits) -> _Key:
         limits.tmp_bytes,
         limits.open_files,
         limits.file_size_bytes,
+        None if egress is None else policy_key(egress),
     )
 
 
 @dataclass
 class WarmPool:
-    """Warm sandboxes of one worker process, keyed by environment and runtime copy.
+    """Warm sandboxes of one worker process, keyed by environment, runtime copy and egress policy.
 
     ``size`` sandboxes at most per key, idle ones stopped after ``idle_timeout`` seconds; each
     retired after ``max_calls`` calls or ``max_age`` seconds, or at the first anomaly. With a
@@ -755,26 +800,38 @@ class WarmPool:
         limits: Limits,
         on_message: Callable[[dict], dict | None],
         cancel: threading.Event | None = None,
+        egress: EgressPolicy | None = None,
     ) -> SandboxOutcome:
-        """Like ``launcher.run_sandboxed`` (no extra binds), on a warm sandbox."""
+        """Like ``launcher.run_sandboxed`` (no extra binds), on a warm sandbox; with ``egress``,
+        on one whose proxy applies that policy (the report is ``SandboxOutcome.egress``, and
+        ``request`` should name the socket: ``{"egress": {"socket_path": SANDBOX_SOCKET}}``)."""
         source = Path(source_path).read_bytes()
-        key = _key(interpreter_env, runtime_dir, limits)
-        sandbox = self._take(key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits)
+        key = _key(interpreter_env, runtime_dir, limits, egress)
+        sandbox = self._take(
+            key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits, egress=egress
+        )
         try:
             return sandbox.call(source=source, request=request, limits=limits, on_message=on_message, cancel=cancel)
         finally:
             self._give_back(key, sandbox)
 
-    def warm(self, *, interpreter_env: Path, runtime_dir: Path, limits: Limits) -> None:
-        """Start one sandbox for this environment ahead of need (unless one is idle already)."""
-        key = _key(interpreter_env, runtime_dir, limits)
+    def warm(
+        self, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None = None
+    ) -> None:
+        """Start one sandbox for this environment and egress policy ahead of need (unless one
+        is idle already)."""
+        key = _key(interpreter_env, runtime_dir, limits, egress)
         with self._lock:
             if self._idle.get(key):
                 return
-        sandbox = self._start(key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits)
+        sandbox = self._start(
+            key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits, egress=egress
+        )
         self._give_back(key, sandbox)
 
-    def _take(self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits) -> WarmSandbox:
+    def _take(
+        self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None
+    ) -> WarmSandbox:
         self.reap()
         with self._lock:
             idle = self._idle.get(key, [])
@@ -783,9 +840,11 @@ class WarmPool:
                 if sandbox.usable():
                     return sandbox
                 sandbox.retire()
-        return self._start(key, interpreter_env=interpreter_env, runtime_dir=runtime_dir, limits=limits)
+        return self._start(key, interpreter_env=interpreter_env, runtime_dir=runtime_dir, limits=limits, egress=egress)
 
-    def _start(self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits) -> WarmSandbox:
+    def _start(
+        self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None
+    ) -> WarmSandbox:
         while True:
             try:
                 sandbox = WarmSandbox(
@@ -795,6 +854,7 @@ class WarmPool:
                     bwrap=self.bwrap,
                     sandbox_user=self.sandbox_user,
                     uid_pool=self.uid_pool,
+                    egress=egress,
                     max_calls=self.max_calls,
                     max_age=self.max_age,
                     cgroup_root=self.cgroup_root,

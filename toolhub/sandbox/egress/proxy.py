@@ -806,6 +806,9 @@ class ProxyHandle:
     def socket_path(self) -> str:
         return self.proxy.socket_path
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         asyncio.run(self._main())
 
