@@ -13,15 +13,15 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, Max, Min, Q
+from django.db.models import F
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
 from toolhub import dbretry
 from toolhub.heartbeat import Beat
 from toolhub.packages import envbuild as envlib
-from toolhub.runs import notify
-from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus, Surface
+from toolhub.runs import notify, queue
+from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus
 from toolhub.runs.selectors import parse_invocation_id
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox.limits import StopRun
@@ -263,27 +263,11 @@ def run_next(woken_by: str) -> None:
 
 
 def fairest_queued():
-    """The id of the queued invocation to run next, or None: that of the user with the fewest
-    invocations running, then of the user served longest ago (never served first), their
-    oldest. An agent run's tool calls are run by the agent's own worker (run), not from here.
-
-    Decided per waiting user, not per queued row: a subquery per row walked all of a user's
-    invocations once for each of their queued ones (~200 ms a pick with 1,000 queued)."""
-    waiting = Invocation.objects.filter(status=RunStatus.QUEUED).exclude(surface=Surface.AGENT).order_by()
-    oldest = dict(waiting.values("user").annotate(first=Min("created_at")).values_list("user", "first"))
-    if not oldest:
-        return None
-    mine = Invocation.objects.filter(user__in=oldest).order_by()
-    busy = dict(mine.filter(status__in=BUSY).values("user").annotate(n=Count("pk")).values_list("user", "n"))
-    served = dict(
-        mine.filter(started_at__isnull=False).values("user").annotate(last=Max("started_at")).values_list("user", "last")
-    )
-
-    def turn(user: int) -> tuple:
-        last = served.get(user)
-        return busy.get(user, 0), last is not None, last or oldest[user], oldest[user]
-
-    return waiting.filter(user=min(oldest, key=turn)).order_by("created_at").values_list("pk", flat=True).first()
+    """The id of the queued invocation to run next, or None (toolhub.runs.queue.fairest_queued:
+    the user with the fewest invocations running, then the one served longest ago, their
+    oldest). Decided per waiting user, not per queued row: a subquery per row walked all of a
+    user's invocations once for each of their queued ones (~200 ms a pick with 1,000 queued)."""
+    return queue.fairest_queued()
 
 
 def run(invocation_id: str) -> None:
@@ -317,10 +301,7 @@ def _claim(invocation_id: str) -> tuple[Invocation | None, bool]:
         ),
         what=f"claiming invocation {invocation_id}",
     )
-    invocation = dbretry.write(
-        lambda: Invocation.objects.select_related("revision", "toolkit", "user").filter(pk=invocation_id).first(),
-        what=f"loading invocation {invocation_id}",
-    )
+    invocation = dbretry.write(lambda: queue.load_for_run(invocation_id), what=f"loading invocation {invocation_id}")
     if invocation is not None and not claimed and invocation.status == RunStatus.RUNNING and invocation.started_at == now:
         # The claim committed, but its answer was lost with the connection: it is ours.
         claimed = 1
@@ -336,8 +317,8 @@ def _end_if_abandoned(invocation_id: str) -> None:
         return
     now = timezone.now()
     ended = dbretry.write(
-        lambda: _abandoned(Invocation.objects.filter(pk=pk), now, null_is_dead=True).update(
-            status=RunStatus.FAILED, finished_at=now, pending_call=None, error=WORKER_STOPPED
+        lambda: queue.end_if_abandoned(
+            pk, now=now, silent_since=now - timedelta(seconds=DEAD_AFTER_SECONDS), error=WORKER_STOPPED
         ),
         what=f"ending abandoned invocation {pk}",
     )
@@ -345,12 +326,9 @@ def _end_if_abandoned(invocation_id: str) -> None:
         notify.publish(pk)
 
 
-def _abandoned(qs, now, *, null_is_dead: bool = False):
+def _abandoned(qs, now):
     """Of `qs`, the invocations running (or waiting for an answer) without a recent heartbeat."""
-    silent = Q(heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS))
-    if null_is_dead:
-        silent |= Q(heartbeat_at__isnull=True)
-    return qs.filter(silent, status__in=BUSY)
+    return qs.filter(heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS), status__in=BUSY)
 
 
 def _execute(invocation: Invocation) -> None:
