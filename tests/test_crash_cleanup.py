@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import start_worker, toolkit_source
 from toolhub.sandbox import scratch
+from toolhub.sandbox.egress.endpoint import start_endpoint
 from toolhub.toolkits import sandboxing
 
 
@@ -59,9 +60,12 @@ def test_new_directories_carry_the_pid_of_their_process(tmp_path):
 def test_an_egress_socket_directory_carries_the_workers_pid(upload, admin):
     toolkit = upload(admin, toolkit_source("Net"))
     toolkit.egress_granted = True
-    with sandboxing.egress_for(toolkit, toolkit.current_revision) as (binds, _request, _handle):
-        directory = binds[0][0].parent
-        assert directory.name.startswith(f"th-egress-{os.getpid()}-")
+    policy = sandboxing.egress_policy(toolkit, toolkit.current_revision)
+    assert policy is not None
+    endpoint = start_endpoint(policy)
+    directory = endpoint.socket_path.parent
+    assert directory.name.startswith(f"th-egress-{os.getpid()}-") and directory.parent == Path("/tmp")
+    endpoint.stop()
     assert not directory.exists()
 
 

@@ -346,27 +346,26 @@ def _execute(invocation: Invocation) -> None:
         recorder = Recorder(invocation, scrub, seq=0)
         with Heartbeat(invocation.pk, flush=recorder.flush_if_due) as heartbeat:
             env_dir = revision_environment(revision)
-            with sandboxing.egress_for(invocation.toolkit, revision) as (binds, egress, proxy):
-                request["egress"] = egress
-                # One hard deadline: the wall-clock limit, plus at most the answer budget (and a
-                # little for the worker's own writes) spent waiting on the host.
-                limits = dataclasses.replace(
-                    sandboxing.limits(), host_wait_seconds=settings.TOOLHUB_EVENT_CALL_TIMEOUT + HOST_SLACK_SECONDS
+            # One hard deadline: the wall-clock limit, plus at most the answer budget (and a
+            # little for the worker's own writes) spent waiting on the host.
+            limits = dataclasses.replace(
+                sandboxing.limits(), host_wait_seconds=settings.TOOLHUB_EVENT_CALL_TIMEOUT + HOST_SLACK_SECONDS
+            )
+            try:
+                outcome = sandboxing.run(
+                    revision=revision, env_dir=env_dir, request=request, on_message=recorder,
+                    egress=sandboxing.egress_policy(invocation.toolkit, revision),
+                    limits_=limits, warm=True, cancel=heartbeat.cancelled,
                 )
-                try:
-                    outcome = sandboxing.run(
-                        revision=revision, env_dir=env_dir, request=request, on_message=recorder,
-                        extra_binds=binds, limits_=limits, warm=True, cancel=heartbeat.cancelled,
-                    )
-                finally:
-                    # Every event is stored before the run's end is.
-                    recorder.flush()
-                if proxy is not None:
-                    report = proxy.stop()
-                    dbretry.write(
-                        lambda: Invocation.objects.filter(pk=invocation.pk).update(egress=report),
-                        what=f"the egress report of invocation {invocation.pk}",
-                    )
+            finally:
+                # Every event is stored before the run's end is.
+                recorder.flush()
+            if outcome.egress is not None:
+                report = outcome.egress
+                dbretry.write(
+                    lambda: Invocation.objects.filter(pk=invocation.pk).update(egress=report),
+                    what=f"the egress report of invocation {invocation.pk}",
+                )
     except envlib.BuildFailed as exc:
         _finish(invocation, RunStatus.FAILED, error=f"The toolkit's environment could not be built: {exc.reason}")
         return

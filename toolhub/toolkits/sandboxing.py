@@ -1,16 +1,14 @@
 """Django-side glue for toolhub.sandbox: running a revision's code in the sandbox on this host
-(where sources and the runtime live, the limits from settings, a per-run egress proxy). Used by
-introspection here and by the invocation engine (toolhub.runs.engine)."""
+(where sources and the runtime live, the limits from settings, the egress policy from the
+toolkit's grant). Used by introspection here and by the invocation engine (toolhub.runs.engine)."""
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -18,7 +16,8 @@ from django.conf import settings
 from toolhub.packages.environments import build_sandbox
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox import scratch
-from toolhub.sandbox.egress import EgressPolicy, ProxyHandle, run_proxy_in_thread
+from toolhub.sandbox.egress import EgressPolicy
+from toolhub.sandbox.egress.endpoint import SANDBOX_SOCKET, start_endpoint
 from toolhub.sandbox.uids import UidPool
 from toolhub.sandbox.warm import MemoryBudget, WarmBudgetExceeded, WarmPool
 from toolhub.toolkits.models import Revision, Toolkit
@@ -116,13 +115,17 @@ def run(
     request: dict,
     on_message: Callable[[dict], dict | None],
     limits_: sandboxlib.Limits | None = None,
-    extra_binds: Sequence[tuple[Path, str]] = (),
+    egress: EgressPolicy | None = None,
     warm: bool = False,
     cancel: threading.Event | None = None,
 ) -> sandboxlib.SandboxOutcome:
-    """Run one request in a sandbox. With ``warm`` (tool calls) and no extra binds (no egress
-    grant), on a warm sandbox of this process's pool when warm sandboxes are enabled."""
-    pool = warm_pool() if warm and not extra_binds else None
+    """Run one request in a sandbox. With ``egress`` (see ``egress_policy``), through a proxy
+    that applies it, bound in at ``SANDBOX_SOCKET`` and named in the request; its report is the
+    outcome's ``egress``. With ``warm`` (tool calls), on a warm sandbox of this process's pool
+    for the environment and that policy, when warm sandboxes are enabled."""
+    if egress is not None:
+        request = {**request, "egress": {"socket_path": SANDBOX_SOCKET}}
+    pool = warm_pool() if warm else None
     if pool is not None:
         try:
             return pool.run(
@@ -133,62 +136,48 @@ def run(
                 limits=limits_ or limits(),
                 on_message=on_message,
                 cancel=cancel,
+                egress=egress,
             )
         except WarmBudgetExceeded:
             logger.info("no room in the warm sandboxes' memory budget: running cold")
-    return sandboxlib.run_sandboxed(
-        interpreter_env=env_dir,
-        runtime_dir=runtime_dir(),
-        source_path=source_file(revision),
-        request=request,
-        limits=limits_ or limits(),
-        on_message=on_message,
-        sandbox_user=settings.TOOLHUB_SANDBOX_USER,
-        bwrap=settings.TOOLHUB_BWRAP,
-        extra_binds=extra_binds,
-        uid_pool=uid_pool(),
-        # The egress socket and its directory belong to the run's uid alone (0600 in 0700).
-        owned_paths=[path for host, target in extra_binds if target == SANDBOX_SOCKET for path in (host.parent, host)],
-        cancel=cancel,
-    )
+    # A cold sandbox gets a proxy of its own for its one run.
+    endpoint = start_endpoint(egress) if egress is not None else None
+    try:
+        outcome = sandboxlib.run_sandboxed(
+            interpreter_env=env_dir,
+            runtime_dir=runtime_dir(),
+            source_path=source_file(revision),
+            request=request,
+            limits=limits_ or limits(),
+            on_message=on_message,
+            sandbox_user=settings.TOOLHUB_SANDBOX_USER,
+            bwrap=settings.TOOLHUB_BWRAP,
+            extra_binds=endpoint.binds() if endpoint is not None else (),
+            uid_pool=uid_pool(),
+            # The egress socket and its directory belong to the run's uid alone (0600 in 0700).
+            owned_paths=endpoint.owned_paths if endpoint is not None else (),
+            cancel=cancel,
+        )
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+    if endpoint is not None:
+        outcome.egress = endpoint.final_report
+    return outcome
 
 
-SANDBOX_SOCKET = "/run/egress.sock"
-
-
-@contextmanager
-def egress_for(toolkit: Toolkit, revision: Revision) -> Iterator[tuple[Sequence[tuple[Path, str]], dict | None, ProxyHandle | None]]:
-    """For a toolkit with an egress grant: a filtering proxy for the length of one run, on a
-    UNIX socket that is bound into the sandbox. Yields (extra_binds, request field, handle),
-    or empty values when the toolkit has no grant, the grant is held, or an admin neither
-    uploaded nor approved `revision` (the sandbox then has no network)."""
+def egress_policy(toolkit: Toolkit, revision: Revision) -> EgressPolicy | None:
+    """What a run of ``revision`` may reach through the egress proxy: the toolkit's grant with
+    the host's caps, or None (no proxy, no network) when the toolkit has no grant, the grant
+    is held, or an admin neither uploaded nor approved ``revision``. Read for every run, so a
+    changed, held or revoked grant is the next run's policy (and its warm sandbox's key)."""
     if not toolkit.egress_granted or toolkit.egress_held_hosts or not revision.entrusted:
-        yield (), None, None
-        return
-    policy = EgressPolicy(
+        return None
+    return EgressPolicy(
         allow_hosts=list(toolkit.egress_hosts) or None,
         max_bytes=settings.TOOLHUB_EGRESS_MAX_BYTES,
         max_connections=settings.TOOLHUB_EGRESS_MAX_CONNECTIONS,
     )
-    # A short path: UNIX socket paths are limited to about 107 bytes.
-    # 0700, and with the socket (0600) handed to the run's sandbox uid when the run starts
-    # (`owned_paths` in `run`): no other local account can list the directory or connect.
-    directory = scratch.make_dir(scratch.EGRESS, "/tmp")
-    directory.chmod(0o700)
-    try:
-        handle = run_proxy_in_thread(policy, directory / "egress.sock", socket_mode=0o600)
-    except BaseException:
-        shutil.rmtree(directory, ignore_errors=True)
-        raise
-    try:
-        binds = [(directory / "egress.sock", SANDBOX_SOCKET)]
-        if Path("/etc/ssl/certs").is_dir():
-            # urllib and aiohttp verify HTTPS against the system store.
-            binds.append((Path("/etc/ssl/certs"), "/etc/ssl/certs"))
-        yield binds, {"socket_path": SANDBOX_SOCKET}, handle
-    finally:
-        handle.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def startup_check() -> None:
