@@ -131,6 +131,9 @@ class Scratch:
             "TOOLHUB_NO_INDEX": os.environ.get("TOOLHUB_NO_INDEX", "1"),
             "LOG_LEVEL": "WARNING",
         })
+        # The test client in this process is the web process, so it pools its database
+        # connections as toolhub/asgi.py does (the workers drop the pool: toolhub.celery).
+        os.environ.setdefault("TOOLHUB_DB_POOL", "1")
         # Every call comes from the one bench user: the per-user fair-use caps are off (0), as
         # the bench measures the path, not the caps.
         for name in ("TOOLHUB_USER_MAX_ACTIVE", "TOOLHUB_USER_INVOCATIONS_PER_MINUTE"):
@@ -153,6 +156,9 @@ class Scratch:
         from django.db import connections
 
         connections.close_all()
+        for database in connections.all():
+            if database.vendor == "postgresql":
+                database.close_pool()
         if self.pg_name and self.pg_admin_url:
             import psycopg
 

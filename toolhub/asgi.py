@@ -10,6 +10,8 @@ import os
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolhub.settings")
+# The web server keeps its database connections in a pool (see TOOLHUB_DB_POOL in settings).
+os.environ.setdefault("TOOLHUB_DB_POOL", "1")
 
 django_app = get_asgi_application()
 

@@ -23,6 +23,24 @@ def _check_sandbox(**kwargs) -> None:
 
 
 @worker_init.connect
+def _no_database_pool(**kwargs) -> None:
+    """A worker connects to the database without the web process's pool (TOOLHUB_DB_POOL):
+    Celery's prefork pool forks this process, and a pool's connections and threads do not
+    survive a fork. A worker keeps its one connection instead (CELERY_DB_REUSE_MAX)."""
+    from django.db import connections
+
+    for alias in connections:
+        database = connections[alias]
+        if database.vendor == "postgresql" and database.settings_dict.get("OPTIONS", {}).get("pool"):
+            database.close()
+            # Only PostgreSQL's wrapper has a pool.
+            database.close_pool()  # type: ignore[attr-defined]
+            del database.settings_dict["OPTIONS"]["pool"]
+            # Turned on with the pool, for the pool's check of each connection it hands out.
+            database.settings_dict["CONN_HEALTH_CHECKS"] = False
+
+
+@worker_init.connect
 def _warm_each_pool_process(**kwargs) -> None:
     # Connected only now, after Celery's Django fix-up connected its own handler: a new pool
     # process has then dropped the database connections it inherited before this one reads.

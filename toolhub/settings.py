@@ -124,6 +124,24 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A file, not memory, so a worker process started by the tests shares the test database.
     # One per test process, so parallel runs on one machine do not share it.
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / f"test-{os.getpid()}.sqlite3")}
+# A web process keeps its PostgreSQL connections in a pool (psycopg_pool, Django's own
+# support): without one every request opens a connection of its own, about 3 ms here, as much
+# as the rest of a tool call's queries. Django recommends a pool over CONN_MAX_AGE under ASGI.
+# The web entry points (toolhub/asgi.py, wsgi.py) turn it on; a process that forks after
+# connecting must not have one (a pool's connections and threads do not survive a fork), so
+# Celery workers drop it before they start (toolhub.celery). TOOLHUB_DB_POOL=0 turns it off.
+# A pooled connection is checked before each use, so a restarted server costs no error.
+TOOLHUB_DB_POOL = env.bool("TOOLHUB_DB_POOL", default=False)
+if TOOLHUB_DB_POOL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": env.int("TOOLHUB_DB_POOL_SIZE", default=10),
+        # While PostgreSQL is away a request waits this long for a connection, then fails as
+        # it would without a pool (the API answers 503 or, for an accepted call, 202).
+        "timeout": env.float("TOOLHUB_DB_POOL_TIMEOUT", default=3.0),
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # SQLite gives its -wal and -shm files the database file's mode; a database created
