@@ -14,10 +14,13 @@ import uuid
 
 import pytest
 
+from tests.conftest import start_worker
 from tests.egress_fixtures import TestNetwork, test_network_fixture  # noqa: F401 - the fixture
+from tests.helpers import bearer_headers
 from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes
 from tests.test_egress_e2e import PROBE, grant, run
-from toolhub.runs.models import RunStatus
+from tests.test_invocations import _sandbox_lines, wait_until
+from toolhub.runs.models import Invocation, RunStatus
 from toolhub.runs.warming import warm_from_history
 from toolhub.sandbox.warm import WarmSandbox
 from toolhub.toolkits import sandboxing
@@ -145,3 +148,35 @@ def test_warming_from_history_warms_the_granted_toolkits_sandbox(probe, admin, t
     assert warm_from_history() == 1
     [sandbox] = _idle()
     assert sandbox.egress is None
+
+
+@pytest.mark.worker
+def test_a_warm_worker_answers_a_granted_toolkits_calls_from_one_sandbox(probe, admin, test_network, client, tmp_path, monkeypatch):
+    grant(probe, admin, [])
+    monkeypatch.setenv("TOOLHUB_SANDBOX_WARM", "1")
+    headers = bearer_headers(admin)
+    worker = start_worker(tmp_path)
+
+    def fetch(path: str) -> Invocation:
+        response = client.post(
+            f"/api/v1/toolkits/{probe.slug}/tools/fetch/invoke",
+            json.dumps({"arguments": {"url": test_network.url(path)}, "wait": True}),
+            content_type="application/json", **headers,
+        )
+        body = response.json()
+        assert response.status_code == 200 and body["status"] == "succeeded", (body, worker.output()[-3000:])
+        assert json.loads(body["result"])["path"] == path
+        return Invocation.objects.get(pk=body["id"])
+
+    try:
+        first = fetch(_token())
+        forkservers = {int(line.split()[0]) for line in _sandbox_lines("forkserver.py")}
+        assert len(forkservers) == 1, "one warm sandbox should be idle between the calls"
+        second = fetch(_token())
+        # The same fork server, the same proxy: each invocation still has its own report.
+        assert {int(line.split()[0]) for line in _sandbox_lines("forkserver.py")} == forkservers
+        for invocation in (first, second):
+            assert invocation.egress["connections"] == 1 and invocation.egress["hosts"][0]["connections"] == 1
+    finally:
+        worker.kill()
+    wait_until(lambda: not _sandbox_lines("forkserver.py"), timeout=10, what="the warm sandbox to go")

@@ -30,7 +30,7 @@ Invariants, and what holds each:
   (``SandboxOutcome.egress``), so reports and caps are per call, as in a cold sandbox. A changed
   grant is another key: the next call never reaches the old proxy.
 
-Django-free; ``toolhub.runs.sandbox`` decides when to use a pool.
+Django-free; ``toolhub.toolkits.sandboxing`` decides when to use a pool, and with which policy.
 """
 
 from __future__ import annotations
