@@ -218,3 +218,17 @@ def test_the_socket_is_the_sandbox_uids_alone_and_goes_with_the_sandbox(
         time.sleep(0.05)
     assert not endpoint.handle._thread.is_alive()
     assert not socket_path.exists() and not directory.exists()
+
+
+def test_a_sandbox_whose_proxy_stopped_is_never_used_again(call, pool: WarmPool, test_network: TestNetwork) -> None:
+    policy = _policy(test_network.address)
+    _result(call([test_network.url(_token())], policy))
+    sandbox = _only_sandbox(pool)
+    assert sandbox._endpoint is not None
+    sandbox._endpoint.handle.stop()
+    assert not sandbox.usable()
+
+    outcome = call([test_network.url(_token())], policy)
+
+    assert _result(outcome)["outcomes"][0].startswith("ok ")
+    assert sandbox.retired and pool.started == 2 and _only_sandbox(pool) is not sandbox
