@@ -79,6 +79,32 @@ def test_a_person_in_two_listed_groups_sees_the_toolkit_once(secret, alice, bob,
     assert list(access.toolkits_usable_by(bob).values_list("slug", flat=True)) == ["secret_lab"]
 
 
+@pytest.mark.parametrize("use", Use.values)
+def test_a_tool_call_finds_the_toolkit_exactly_when_the_lists_show_it(
+    secret, use, alice, bob, carol, admin, research, django_user_model, django_assert_max_num_queries,
+):
+    # toolkit_to_call decides the plain cases on the row itself; it must agree with the rule.
+    dave = django_user_model.objects.create_user("dave", "dave@example.org", "pw-dave-1")
+    gone = django_user_model.objects.create_user("gone", "gone@example.org", "pw-gone-1", is_active=False)
+    access.toolkit_set_access(toolkit=secret, use=use, groups=["Research"], users=["dave"], by=alice)
+    for user in (alice, bob, carol, dave, admin, gone):
+        with django_assert_max_num_queries(2):
+            found = access.toolkit_to_call(user, "secret_lab")
+        assert (found == secret) == ("secret_lab" in _slugs(user)), (use, user.username)
+        assert access.toolkit_to_call(user, "no_such_kit") is None
+    from django.contrib.auth.models import AnonymousUser
+
+    assert access.toolkit_to_call(AnonymousUser(), "secret_lab") is None
+
+
+def test_a_tool_call_reads_one_query_and_no_source_for_the_plain_cases(secret, alice, carol, admin, django_assert_num_queries):
+    for user in (alice, carol, admin):
+        with django_assert_num_queries(1) as captured:
+            found = access.toolkit_to_call(user, "secret_lab")
+            assert found.current_revision.number == 1 and found.slug == "secret_lab"
+        assert '"source"' not in captured.captured_queries[0]["sql"]
+
+
 def test_unknown_names_are_refused_and_nothing_changes(secret, alice):
     with pytest.raises(access.InvalidAccess, match="No such group: Nope"):
         access.toolkit_set_access(toolkit=secret, use=Use.GROUPS, groups=["Nope"], users=[], by=alice)

@@ -87,6 +87,21 @@ def test_the_answer_to_a_wait_reads_the_invocation_and_its_events_only(invocatio
     assert len(queries) == 2, [query["sql"] for query in queries]
 
 
+def test_the_answer_after_a_wait_shows_everything_the_run_changed(invocation) -> None:
+    # The wait re-reads only the fields the answer shows: the answer must be the one a fresh
+    # read of the whole row gives, whatever the run wrote.
+    from django.utils import timezone
+
+    now = timezone.now()
+    Invocation.objects.filter(pk=invocation.pk).update(
+        status=RunStatus.FAILED, result={"partial": [1, 2]}, result_type="json", error="It broke.", traceback="tb",
+        limit="memory", cpu_ms=12, max_rss_kb=3400, pending_call={"type": "input"}, call_answer={"value": 1},
+        egress={"hosts": ["example.org"]}, started_at=now, finished_at=now, heartbeat_at=now, sends=2,
+    )
+    answer = invocation_out(wait_for(invocation, seconds=5), with_events=True)
+    assert answer == invocation_out(Invocation.objects.get(pk=invocation.pk), with_events=True)
+
+
 def test_the_wait_limit_still_holds(invocation, settings) -> None:
     started = time.monotonic()
     unchanged = wait_for(invocation, seconds=0.3)

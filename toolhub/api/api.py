@@ -521,7 +521,7 @@ def revoke_client(request, client_id: int):
 
 @api.post("/toolkits/{slug}/tools/{tool}/invoke", response={200: s.InvocationOut, 202: s.QueuedOut, **ERRORS}, tags=["invocations"])
 def invoke(request, slug: str, tool: str, payload: s.InvokeIn):
-    toolkit = _toolkit(request, slug)
+    toolkit = selectors.get_toolkit_to_call(user=request.user, slug=slug)
     try:
         invocation = run_services.invocation_create(
             toolkit=toolkit, tool=tool, arguments=payload.arguments, user=request.user,

@@ -144,9 +144,10 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
     """Wait until the invocation finishes, waits for input, or the wait limit passes: woken by
     the worker's notification (``toolhub.runs.notify``), polling only without Redis."""
 
-    # Only the fields a run changes: refreshing the foreign keys too would drop the toolkit and
-    # revision the caller already holds, and the answer would read them again.
-    changing = [field.attname for field in Invocation._meta.concrete_fields if not field.is_relation]
+    # Only the fields a run changes that the answer shows (toolhub.api.serializers.invocation_out):
+    # refreshing the foreign keys too would drop the toolkit and revision the caller already
+    # holds, and the answer would read them again; the rest would be read for nothing.
+    changing = ["status", "result", "error", "limit", "pending_call", "egress", "started_at", "finished_at"]
 
     def done() -> bool:
         # A dropped connection is replaced (once per read); the caller answers 202 with the

@@ -49,6 +49,30 @@ def toolkit_usable_by(user, slug: str) -> Toolkit | None:
     return toolkits_usable_by(user).select_related("current_revision", "owner").filter(slug=slug).first()
 
 
+# What calling a tool reads of a toolkit and its current revision (runs.services.invocation_create
+# and the answer). A revision's row also holds its source, lock, build log and traceback, up to
+# megabytes that every call would read and decode for nothing; any other field is read on use.
+_CALL_FIELDS = (
+    "slug", "owner", "use", "current_revision",
+    *(f"current_revision__{name}" for name in ("number", "status", "status_detail", "tools")),
+)
+
+
+def toolkit_to_call(user, slug: str) -> Toolkit | None:
+    """toolkit_usable_by for a tool call, the hot path of every surface: only the columns a call
+    reads, and the plain cases of usable_filter (admins, the owner, "everyone") decided on the
+    row itself, so they cost one simple query; any other case asks usable_filter as well."""
+    if not (user.is_authenticated and user.is_active):
+        return None
+    try:
+        toolkit = Toolkit.objects.select_related("current_revision").only(*_CALL_FIELDS).get(slug=slug)
+    except Toolkit.DoesNotExist:
+        return None
+    if is_admin(user) or toolkit.owner_id == user.pk or toolkit.use == Use.EVERYONE:
+        return toolkit
+    return toolkit if toolkits_usable_by(user).filter(pk=toolkit.pk).exists() else None
+
+
 def access_out(toolkit: Toolkit) -> dict:
     return {
         "use": toolkit.use,
