@@ -763,3 +763,13 @@ def test_a_catastrophic_pattern_is_not_run_in_the_web_process():
     assert time.monotonic() - started < 1
     # Everything else is still checked.
     assert "x" in validate(schema, {"x": 5})
+
+
+def test_a_schema_is_checked_once_and_again_when_it_changes() -> None:
+    # Validators are kept per schema text: the same schema answers alike on every call, and the
+    # same dict changed in place is a new schema, checked anew.
+    schema: dict[str, Any] = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    assert validate(schema, {"n": "x"}) == validate(schema, {"n": "x"}) != {}
+    assert validate(schema, {"n": 1}) == {}
+    schema["properties"]["n"]["type"] = "no such type"
+    assert ALL_ERRORS in validate(schema, {"n": 1})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 
 from django.utils.translation import gettext as _
@@ -63,14 +64,12 @@ def validate(
     if not isinstance(schema, Mapping):
         return {}
     schema = _with_required_list(schema)
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError:
+    validator = _validator_for(schema)
+    if validator is None:
         return {ALL_ERRORS: [_("The schema for these values is not valid, so they cannot be checked.")]}
     props = schema.get("properties")
     properties = props if isinstance(props, Mapping) else {}
     secrets = set(secret_names) if secret_names is not None else secret_fields(schema)
-    validator = _WebValidator(schema)
     found: dict[str, list[str]] = {}
     try:
         for error in validator.iter_errors(values):
@@ -79,6 +78,32 @@ def validate(
     except (Unresolvable, RecursionError):
         _add_message(found, ALL_ERRORS, _("The schema refers to a definition that cannot be found."))
     return _cap(found)
+
+
+def _validator_for(schema: Mapping[str, Any]) -> Any:
+    """The schema's validator, None when the schema itself is invalid.
+
+    A tool's schema is the same on every call, and checking it costs most of a call's
+    validation: the answer is kept per schema (by its JSON text, so a changed schema is checked
+    anew), each validator built from a copy of its own."""
+    try:
+        text = json.dumps(schema)
+    except (TypeError, ValueError):
+        return _new_validator(schema)
+    return _cached_validator(text)
+
+
+@lru_cache(maxsize=256)
+def _cached_validator(text: str) -> Any:
+    return _new_validator(json.loads(text))
+
+
+def _new_validator(schema: Mapping[str, Any]) -> Any:
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError:
+        return None
+    return _WebValidator(schema)
 
 
 def _with_required_list(schema: Mapping[str, Any]) -> Mapping[str, Any]:
