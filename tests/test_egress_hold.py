@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import toolkit_source
+from toolhub.sandbox.egress import EgressPolicy
 from toolhub.toolkits import lifecycle, sandboxing
 from toolhub.toolkits.models import Status, Toolkit
 from toolhub.toolkits.services import revision_upload, toolkit_set_egress
@@ -109,3 +110,24 @@ def test_the_hold_notice_is_translated(held, alice, client):
     client.cookies["django_language"] = "fr"
     html = client.get(f"/toolkits/{toolkit.slug}/").content.decode()
     assert 'id="egress-held"' in html and "Held:" not in html
+
+
+def test_a_run_gets_the_grants_policy_only_while_the_grant_holds_for_its_revision(granted, alice, admin, settings):
+    # The policy is what keys a warm sandbox: None (no proxy, no network) unless the grant holds.
+    toolkit = _current(granted)
+    assert sandboxing.egress_policy(toolkit, toolkit.current_revision) == EgressPolicy(
+        allow_hosts=None,
+        max_bytes=settings.TOOLHUB_EGRESS_MAX_BYTES,
+        max_connections=settings.TOOLHUB_EGRESS_MAX_CONNECTIONS,
+    )
+    toolkit = toolkit_set_egress(toolkit=toolkit, granted=True, hosts=["api.example.org"], by=admin)
+    policy = sandboxing.egress_policy(_current(toolkit), _current(toolkit).current_revision)
+    assert policy is not None and policy.allow_hosts == ["api.example.org"]
+    # A revision no admin uploaded or approved.
+    pending = _ready(toolkit, _with_url("https://collector.evil.example/steal"), alice)
+    assert not pending.entrusted and sandboxing.egress_policy(_current(toolkit), pending) is None
+    # A held grant, and a withdrawn one.
+    Toolkit.objects.filter(pk=toolkit.pk).update(egress_held_hosts=["collector.evil.example"])
+    assert sandboxing.egress_policy(_current(toolkit), _current(toolkit).current_revision) is None
+    toolkit = toolkit_set_egress(toolkit=_current(toolkit), granted=False, hosts=[], by=admin)
+    assert sandboxing.egress_policy(_current(toolkit), _current(toolkit).current_revision) is None
