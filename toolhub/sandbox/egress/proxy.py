@@ -200,7 +200,7 @@ async def _open_tcp(ip: str, port: int) -> tuple[asyncio.StreamReader, asyncio.S
 
 class EgressProxy:
     """A filtering HTTP proxy on a UNIX socket, for one invocation of one toolkit at a time
-(`end_call` ends one and starts counting the next).
+    (`end_call` ends one and starts counting the next).
 
     `resolver(host, port) -> list of IP strings` and `connect(ip, port) -> (reader, writer)` can
     be replaced in tests. `test_only_loopback_targets` is the one way to let the proxy reach a
