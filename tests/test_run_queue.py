@@ -59,3 +59,21 @@ def test_a_redelivered_message_ends_only_a_silent_run(toolkit, alice, beat_ago, 
         assert running.finished_at is not None
     else:
         assert (running.status, running.error) == (RunStatus.RUNNING, "")
+
+
+def test_an_end_is_recorded_once_with_every_field(toolkit, alice, django_assert_num_queries):  # noqa: F811
+    running = made_invocation(toolkit, alice, status=RunStatus.RUNNING, pending_call={"type": "input"})
+    ended_at = timezone.now()
+    fields = {
+        "result": {"ordered": [1, "ç"], "a": None}, "result_type": "json", "limit": "memory", "cpu_ms": 12,
+        "max_rss_kb": 3400, "traceback": "Traceback…", "finished_at": ended_at,
+    }
+    with django_assert_num_queries(1):
+        assert queue.finish(running.pk, RunStatus.SUCCEEDED, fields)
+    running.refresh_from_db()
+    assert {name: getattr(running, name) for name in fields} == fields
+    assert (running.status, running.pending_call) == (RunStatus.SUCCEEDED, None)
+    # An ended invocation is never changed again.
+    assert not queue.finish(running.pk, RunStatus.FAILED, {"error": "late", "finished_at": timezone.now()})
+    running.refresh_from_db()
+    assert (running.status, running.error, running.finished_at) == (RunStatus.SUCCEEDED, "", ended_at)

@@ -438,9 +438,7 @@ def _finish(invocation: Invocation, status: str, **fields) -> None:
     of a tool that ran is the one write that must not be lost to a dropped connection."""
     fields.setdefault("finished_at", timezone.now())
     dbretry.write(
-        lambda: Invocation.objects.filter(pk=invocation.pk).exclude(
-            status__in=[RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT]
-        ).update(status=status, pending_call=None, **fields),
+        lambda: queue.finish(invocation.pk, status, fields),
         what=f"recording the end ({status}) of invocation {invocation.pk}",
     )
     notify.publish(invocation.pk)

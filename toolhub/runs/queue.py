@@ -1,12 +1,13 @@
 """The invocation queue as a worker sees it: which queued invocation runs next, ending one whose
-worker died, and loading a claimed one with what running it needs.
+worker died, loading a claimed one with what running it needs, and recording how it ended.
 
 These run once or more for every tool call, and each is one plain SQL statement. Built with the
-ORM they cost 0.8-4 ms each on this kind of machine (Django compiles the query anew every time:
-the four grouped queries that chose the fairest invocation took 4.1 ms, loading the invocation
-with its revision, toolkit and user through ``select_related`` 3.3 ms), while PostgreSQL answers
-such a statement in well under a millisecond; bench/invoke.py's stage split showed these ~10 ms
-before the worker's sandbox call even began. The statements are made once per connection vendor
+ORM they cost 0.7-4 ms each on this kind of machine, because Django compiles the query anew
+every time: the four grouped queries that chose the fairest invocation took 4.1 ms, loading the
+invocation with its revision, toolkit and user through ``select_related`` 3.3 ms, and recording
+the end twice the CPU of the plain statement, while PostgreSQL answers each in well under a
+millisecond. bench/invoke.py's stage split showed ~10 ms of them before the worker's sandbox
+call began. The statements are made once per connection vendor
 from the models' metadata (table and column names, the fields' own converters), so a changed
 model changes them too, and they run unchanged on PostgreSQL and SQLite.
 """
@@ -139,7 +140,7 @@ def _load_statement(vendor: str) -> tuple[str, tuple[_Part, ...]]:
         f"SELECT {select} FROM {_table(Invocation)} i "
         f"JOIN {_table(Revision)} r ON r.{_column(Revision, 'id')} = i.{_column(Invocation, 'revision')} "
         f"JOIN {_table(Toolkit)} t ON t.{_column(Toolkit, 'id')} = i.{_column(Invocation, 'toolkit')} "
-        f"JOIN {_table(user_model)} u ON u.{_column(user_model, 'id')} = i.{_column(Invocation, 'user')} "
+        f"JOIN {_table(user_model)} u ON u.{_column(user_model, user_model._meta.pk.name)} = i.{_column(Invocation, 'user')} "
         f"WHERE i.{_column(Invocation, 'id')} = %s"
     )
     return sql, tuple(parts)
@@ -169,3 +170,28 @@ def load_for_run(pk) -> Invocation | None:
     invocation.revision, invocation.toolkit, invocation.user = revision, toolkit, user
     revision.toolkit = toolkit
     return invocation
+
+
+@cache
+def _finish_sql(vendor: str, names: tuple[str, ...]) -> str:
+    assignments = ", ".join(f"{_column(Invocation, name)} = %s" for name in names)
+    status, pk, pending = (_column(Invocation, n) for n in ("status", "id", "pending_call"))
+    return (
+        f"UPDATE {_table(Invocation)} SET {status} = %s, {pending} = NULL, {assignments} "
+        f"WHERE {pk} = %s AND {status} NOT IN (%s, %s, %s)"
+    )
+
+
+def finish(pk, status: str, fields: dict[str, Any]) -> bool:
+    """Record that the invocation `pk` ended with `status` and `fields` (its result, error,
+    usage, finished_at...), unless it has already ended; whether it was recorded now."""
+    names = tuple(sorted(fields))
+    params = [
+        status,
+        *(_field(Invocation, name).get_db_prep_save(fields[name], connection) for name in names),
+        _param(Invocation, "id", pk),
+        RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.TIMED_OUT.value,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_finish_sql(connection.vendor, names), params)
+        return cursor.rowcount > 0
