@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 
 from toolhub.api.serializers import invocation_out
 from toolhub.runs import notify
-from toolhub.runs.models import Invocation, RunStatus
+from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.runs.services import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,15 +76,20 @@ def test_without_redis_it_polls(invocation, settings) -> None:
     assert len(queries) > 2
 
 
-def test_the_answer_to_a_wait_reads_the_invocation_and_its_events_only(invocation) -> None:
+@pytest.mark.parametrize("events", [0, 2])
+def test_the_answer_to_a_wait_reads_the_invocation_and_its_events_only(invocation, events) -> None:
     # As invocation_create leaves it: the toolkit and revision in hand. The wait's re-read must
-    # not drop them, or the answer would read both again.
+    # not drop them, or the answer would read both again. It also tells whether there are
+    # events: a run that sent none is answered with that one query.
+    for seq in range(1, events + 1):
+        Event.objects.create(invocation=invocation, seq=seq, type="status", data={"description": str(seq)})
     Invocation.objects.filter(pk=invocation.pk).update(status=RunStatus.SUCCEEDED, result="done")
     with CaptureQueriesContext(connection) as queries:
         answer = invocation_out(wait_for(invocation, seconds=5), with_events=True)
     assert answer["status"] == "succeeded" and answer["result"] == "done"
     assert answer["toolkit"] == invocation.toolkit.slug and answer["revision"] == invocation.revision.number
-    assert len(queries) == 2, [query["sql"] for query in queries]
+    assert [e["seq"] for e in answer["events"]] == list(range(1, events + 1))
+    assert len(queries) == (2 if events else 1), [query["sql"] for query in queries]
 
 
 def test_the_answer_after_a_wait_shows_everything_the_run_changed(invocation) -> None:

@@ -137,8 +137,11 @@ def event_out(event) -> dict:
 
 def invocation_out(invocation: Invocation, *, with_events: bool = True) -> dict:
     """An invocation with (at most) its first EVENTS_PAGE_MAX events; `events_next_after` is
-    the cursor of the rest (GET /invocations/{id}/events?after=), null when they are all here."""
-    events, events_next_after = events_after(invocation) if with_events else ([], None)
+    the cursor of the rest (GET /invocations/{id}/events?after=), null when they are all here.
+    An invocation read with `has_events` (runs.services.wait_for reads it with the row) that
+    has none is answered without a query for them."""
+    wanted = with_events and getattr(invocation, "has_events", True)
+    events, events_next_after = events_after(invocation) if wanted else ([], None)
     return {
         "id": str(invocation.id),
         "toolkit": invocation.toolkit.slug,

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -15,7 +16,7 @@ from kombu.exceptions import OperationalError
 from toolhub import broker, dbretry
 from toolhub.accounts.models import ClientCredential
 from toolhub.runs import notify
-from toolhub.runs.models import FINISHED, Invocation, RunStatus, Surface
+from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus, Surface
 from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Revision, Status, Toolkit
@@ -148,11 +149,20 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
     # refreshing the foreign keys too would drop the toolkit and revision the caller already
     # holds, and the answer would read them again; the rest would be read for nothing.
     changing = ["status", "result", "error", "limit", "pending_call", "egress", "started_at", "finished_at"]
+    # Whether it has events yet, in the same statement: the answer to a call that sent none
+    # (most) then needs no query for them (`has_events`, read by invocation_out).
+    row = Invocation.objects.filter(pk=invocation.pk).annotate(
+        has_events=Exists(Event.objects.filter(invocation_id=OuterRef("pk")))
+    ).values(*changing, "has_events")
+
+    def read() -> None:
+        for name, value in row.get().items():
+            setattr(invocation, name, value)
 
     def done() -> bool:
         # A dropped connection is replaced (once per read); the caller answers 202 with the
         # id if the database stays away, never 500 for an invocation that was accepted.
-        dbretry.write(lambda: invocation.refresh_from_db(fields=changing), what=f"waiting for invocation {invocation.pk}")
+        dbretry.write(read, what=f"waiting for invocation {invocation.pk}")
         return invocation.status in FINISHED or invocation.status == RunStatus.AWAITING_INPUT
 
     notify.wait(invocation.pk, done, seconds=settings.TOOLHUB_INVOKE_WAIT_SECONDS if seconds is None else seconds)
