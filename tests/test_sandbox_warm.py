@@ -468,6 +468,44 @@ def test_the_memory_budget_holds_for_every_pool_of_the_host(
     assert budget.used() == 0
 
 
+def test_a_pool_gives_up_its_own_idle_sandbox_s_uid_before_waiting_for_another_s(
+    tmp_path: Path, sandbox_env: Path, sandbox_runtime: Path
+) -> None:
+    """Every warm sandbox holds a uid for its life: with every uid of the host held by idle
+    sandboxes of two worker processes, a third environment in one of them must not wait for
+    the other's uid (and fail after the lease time-out); it stops its own idle sandbox."""
+    require_sandbox()
+    uids = UidPool(size=2, lock_dir=tmp_path / "uid-locks", lease_timeout=5)
+    first, second = WarmPool(size=1, uid_pool=uids), WarmPool(size=1, uid_pool=uids)
+    limits = [replace(LIMITS, memory_bytes=(256 + 64 * n) << 20) for n in range(3)]
+    try:
+        first.warm(interpreter_env=sandbox_env, runtime_dir=sandbox_runtime, limits=limits[0])
+        second.warm(interpreter_env=sandbox_env, runtime_dir=sandbox_runtime, limits=limits[1])
+        held = _only_sandbox(first)
+        started = time.monotonic()
+        first.warm(interpreter_env=sandbox_env, runtime_dir=sandbox_runtime, limits=limits[2])
+        assert time.monotonic() - started < 3
+        (now,) = first.idle()
+        assert held.retired and now.limits == limits[2]
+        assert not _only_sandbox(second).retired
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_process_keeps_at_most_max_idle_idle_sandboxes(tmp_path: Path, sandbox_env: Path, sandbox_runtime: Path) -> None:
+    require_sandbox()
+    # The shared sandbox user: what is counted here is sandboxes, not uids.
+    pool = WarmPool(size=1, max_idle=2)
+    try:
+        for n in range(3):
+            limits = replace(LIMITS, memory_bytes=(256 + 64 * n) << 20)
+            pool.warm(interpreter_env=sandbox_env, runtime_dir=sandbox_runtime, limits=limits)
+        assert sorted(sandbox.limits.memory_bytes >> 20 for sandbox in pool.idle()) == [320, 384]
+    finally:
+        pool.close()
+
+
 def test_the_parent_imports_the_environments_packages_and_never_a_toolkit(
     tmp_path: Path, sandbox_env_with_humanize: Path, sandbox_runtime: Path, pool: WarmPool
 ) -> None:

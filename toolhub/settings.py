@@ -321,6 +321,10 @@ TOOLHUB_SANDBOX_WARM = env.int("TOOLHUB_SANDBOX_WARM", default=1)
 TOOLHUB_SANDBOX_WARM_IDLE_SECONDS = env.float("TOOLHUB_SANDBOX_WARM_IDLE_SECONDS", default=300.0)
 TOOLHUB_SANDBOX_WARM_MAX_CALLS = env.int("TOOLHUB_SANDBOX_WARM_MAX_CALLS", default=100)
 TOOLHUB_SANDBOX_WARM_MAX_AGE = env.float("TOOLHUB_SANDBOX_WARM_MAX_AGE", default=600.0)
+# The idle warm sandboxes one worker process keeps in all: each holds one of the host's
+# TOOLHUB_SANDBOX_UIDS for its life, so keep (this + 1) x the processes running tool calls
+# below TOOLHUB_SANDBOX_UIDS, or cold runs wait for a uid.
+TOOLHUB_SANDBOX_WARM_MAX_IDLE = env.int("TOOLHUB_SANDBOX_WARM_MAX_IDLE", default=4)
 # At start each worker process warms a sandbox for each of the this many environments the
 # invocations of the last TOOLHUB_SANDBOX_WARM_HISTORY_SECONDS used most (toolhub/runs/warming.py).
 TOOLHUB_SANDBOX_WARM_START = env.int("TOOLHUB_SANDBOX_WARM_START", default=4)

@@ -60,6 +60,10 @@ class Lease:
             self._fd = None
 
 
+class UidsBusy(SandboxUnavailable):
+    """Every uid of the pool stayed leased for as long as the caller would wait."""
+
+
 class UidPool:
     """Lease one of ``size`` sandbox users at a time; see the module docstring."""
 
@@ -121,17 +125,18 @@ class UidPool:
         finally:
             held.release()
 
-    def acquire(self) -> Lease:
-        """Take one free sandbox user until ``Lease.release()`` (a warm sandbox's lifetime)."""
+    def acquire(self, *, wait: float | None = None) -> Lease:
+        """Take one free sandbox user until ``Lease.release()`` (a warm sandbox's lifetime),
+        waiting ``wait`` seconds at most (``lease_timeout`` by default) before ``UidsBusy``."""
         users = self.users()
         directory = self._lock_directory()
-        deadline = time.monotonic() + self.lease_timeout
+        deadline = time.monotonic() + (self.lease_timeout if wait is None else wait)
         while True:
             held = self._try_lease(users, directory)
             if held is not None:
                 return Lease(user=held[0], fd=held[1])
             if time.monotonic() >= deadline:
-                raise SandboxUnavailable(
+                raise UidsBusy(
                     f"all {self.size} sandbox uids stayed busy for {self.lease_timeout:g} s: "
                     "raise TOOLHUB_SANDBOX_UIDS (and run scripts/system-setup) or lower the worker concurrency."
                 )

@@ -59,7 +59,7 @@ from toolhub.sandbox.egress.endpoint import EgressEndpoint, PolicyKey, policy_ke
 from toolhub.sandbox.egress.rules import EgressPolicy
 from toolhub.sandbox.limits import Limits, SandboxOutcome, SandboxUnavailable
 from toolhub.sandbox.session import RunState, Session, outcome
-from toolhub.sandbox.uids import UidPool
+from toolhub.sandbox.uids import UidPool, UidsBusy
 
 FORKSERVER_ARGV: tuple[str, ...] = ("/opt/env/bin/python", "-I", "/opt/runtime/forkserver.py")
 # Room for the largest accepted source (512 KiB) in /opt/toolkit.
@@ -189,6 +189,8 @@ class WarmSandbox:
     bwrap: str = "bwrap"
     sandbox_user: str = launcher.DEFAULT_SANDBOX_USER
     uid_pool: UidPool | None = None
+    # How long to wait for a free uid of the pool (None: the pool's lease_timeout).
+    uid_wait: float | None = None
     # What the sandbox's own egress proxy lets through; None: no proxy, no network.
     egress: EgressPolicy | None = None
     max_calls: int = 100
@@ -218,7 +220,7 @@ class WarmSandbox:
         try:
             user = self.sandbox_user
             if self.uid_pool is not None:
-                self._lease = self.uid_pool.acquire()
+                self._lease = self.uid_pool.acquire(wait=self.uid_wait)
                 user = self._lease.user.name
             self._identity = launcher._resolve_identity(bwrap=self.bwrap, sandbox_user=user)
             self._own_uid = self._lease is not None
@@ -770,9 +772,15 @@ class WarmPool:
     retired after ``max_calls`` calls or ``max_age`` seconds, or at the first anomaly. With a
     ``budget``, a sandbox that would not fit stops this pool's idle sandboxes of other keys,
     least recently used first, to make room; ``WarmBudgetExceeded`` if that is not enough.
+
+    Every sandbox holds a uid of the host's pool for its life, and every cold run needs one
+    too: a process keeps at most ``max_idle`` idle sandboxes (of all keys), so the worker
+    processes of a host cannot hold every uid between them, and a sandbox that finds no free
+    uid stops this pool's idle one used longest ago before it waits for another process's.
     """
 
     size: int = 2
+    max_idle: int = 4
     idle_timeout: float = 300.0
     max_calls: int = 100
     max_age: float = 600.0
@@ -846,7 +854,11 @@ class WarmPool:
     def _start(
         self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None
     ) -> WarmSandbox:
+        # First without waiting for a uid while this pool has an idle sandbox to give one up.
+        uid_wait: float | None = 0.0
         while True:
+            if uid_wait is not None and not self.idle():
+                uid_wait = None
             try:
                 sandbox = WarmSandbox(
                     interpreter_env=interpreter_env,
@@ -855,6 +867,7 @@ class WarmPool:
                     bwrap=self.bwrap,
                     sandbox_user=self.sandbox_user,
                     uid_pool=self.uid_pool,
+                    uid_wait=uid_wait,
                     egress=egress,
                     max_calls=self.max_calls,
                     max_age=self.max_age,
@@ -866,12 +879,19 @@ class WarmPool:
                 if not self._stop_least_recent():
                     raise
                 continue
+            except UidsBusy:
+                if uid_wait is None:
+                    raise
+                if not self._stop_least_recent():
+                    uid_wait = None
+                continue
             self.started += 1
             self._costs[key] = sandbox.memory_bytes
             return sandbox
 
     def _stop_least_recent(self) -> bool:
-        """Stop the idle sandbox used longest ago (to make room in the budget); False if none."""
+        """Stop the idle sandbox used longest ago (to make room in the budget, or free its
+        uid); False if none."""
         with self._lock:
             idle = [(sandbox.last_used, key, sandbox) for key, sandboxes in self._idle.items() for sandbox in sandboxes]
             if not idle:
@@ -887,10 +907,16 @@ class WarmPool:
             return
         with self._lock:
             idle = self._idle.setdefault(key, [])
-            if len(idle) < self.size:
+            if len(idle) >= self.size:
+                keep = False
+            else:
                 idle.append(sandbox)
-                return
-        sandbox.retire()
+                keep = True
+            held = sum(len(sandboxes) for sandboxes in self._idle.values())
+        if not keep:
+            sandbox.retire()
+        while held > self.max_idle and self._stop_least_recent():
+            held -= 1
 
     def start_reaper(self, interval: float = 30.0) -> None:
         """Reap idle sandboxes every ``interval`` seconds from a daemon thread, even while no

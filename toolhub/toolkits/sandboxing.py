@@ -98,6 +98,7 @@ def warm_pool() -> WarmPool | None:
             idle_timeout=settings.TOOLHUB_SANDBOX_WARM_IDLE_SECONDS,
             max_calls=settings.TOOLHUB_SANDBOX_WARM_MAX_CALLS,
             max_age=settings.TOOLHUB_SANDBOX_WARM_MAX_AGE,
+            max_idle=settings.TOOLHUB_SANDBOX_WARM_MAX_IDLE,
             bwrap=settings.TOOLHUB_BWRAP,
             sandbox_user=settings.TOOLHUB_SANDBOX_USER,
             uid_pool=uid_pool(),
