@@ -99,6 +99,15 @@ def test_a_persons_token_calls_as_that_person(alice, bearer):
     assert clients.resolve_caller(token=raw, headers={"X-OpenWebUI-User-Email": "bob@example.org"}).user == alice
 
 
+def test_a_client_is_found_with_one_query_and_a_person_too(plain_app, alice, bearer, django_assert_num_queries):
+    # A client's token is never looked up among people's tokens (its prefix tells it apart).
+    person = bearer(alice)["HTTP_AUTHORIZATION"].removeprefix("Bearer ")
+    for token in (plain_app[1], person):
+        clients.resolve_caller(token=token, headers={})  # the first use writes last_used_at
+        with django_assert_num_queries(1):
+            clients.resolve_caller(token=token, headers={})
+
+
 def test_the_token_is_stored_hashed(webui):
     credential, raw = webui
     assert raw not in credential.digest and credential.prefix == raw[:11]
