@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -55,7 +56,12 @@ def pool(tmp_path: Path) -> Iterator[WarmPool]:
 @pytest.fixture
 def call(tmp_path: Path, sandbox_env: Path, sandbox_runtime: Path, pool: WarmPool) -> Callable[..., SandboxOutcome]:
     def _call(
-        source: str, *, arguments: dict | None = None, limits: Limits = LIMITS, on_message=None
+        source: str,
+        *,
+        arguments: dict | None = None,
+        limits: Limits = LIMITS,
+        on_message=None,
+        cancel: threading.Event | None = None,
     ) -> SandboxOutcome:
         path = tmp_path / f"toolkit-{uuid.uuid4().hex[:8]}.py"
         path.write_text(textwrap.dedent(source))
@@ -71,6 +77,7 @@ def call(tmp_path: Path, sandbox_env: Path, sandbox_runtime: Path, pool: WarmPoo
             },
             limits=limits,
             on_message=on_message or (lambda message: None),
+            cancel=cancel,
         )
 
     return _call
@@ -552,3 +559,136 @@ def test_the_parent_imports_the_environments_packages_and_never_a_toolkit(
         assert found["toolkit_modules"] == [found["me"]], found
     # What the first call imported or changed died with its process.
     assert not second["left_by_last"] and not second["marked"], second
+
+
+# A tool that answers and then keeps its process busy: the runtime flushes sys.stderr after
+# writing the result, and this one's flush waits for a thread of the tool (it sleeps, or
+# spins). The tool also leaves a file, a SysV queue and a daemon behind.
+LINGERER = """
+import ctypes, subprocess, sys, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+
+def spin(seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+class Lingering:
+    def __init__(self, stream, thread):
+        self.stream, self.thread = stream, thread
+    def write(self, text):
+        return self.stream.write(text)
+    def flush(self):
+        self.thread.join()
+        self.stream.flush()
+
+class Tools:
+    def go(self, seconds: float, busy: bool = False) -> str:
+        open("/tmp/left.txt", "w").write("after the answer")
+        open("/dev/shm/left", "w").write("after the answer")
+        libc.msgget(0x7015, 0o1000 | 0o666)
+        subprocess.Popen(["/usr/bin/sleep", "1000"], start_new_session=True)
+        thread = threading.Thread(target=spin if busy else time.sleep, args=(seconds,))
+        thread.start()
+        sys.stderr = Lingering(sys.stderr, thread)
+        return "answered"
+"""
+
+NOTHING_LEFT = {"tmp": [], "shm": [], "processes": [], "sysvipc": [0, 0, 0], "msg": -1}
+
+
+def _left(seen: dict) -> dict:
+    return {name: seen[name] for name in NOTHING_LEFT}
+
+
+def test_a_call_answers_at_its_result_and_its_tail_ends_before_the_next_call(call, pool: WarmPool) -> None:
+    _result(call(ECHO, arguments={"text": "warm"}))
+    sandbox = _only_sandbox(pool)
+    limits = replace(LIMITS, exit_grace_seconds=5, wall_seconds=10)
+    started = time.monotonic()
+    outcome = call(LINGERER, arguments={"seconds": 2}, limits=limits)
+    assert _result(outcome) == "answered" and time.monotonic() - started < 1, outcome
+    # Measured on the host while the process still ran; its exit code is not known yet.
+    assert outcome.cpu_ms is not None and outcome.max_rss_kb and outcome.max_rss_kb > 1000, outcome
+    assert outcome.exit_code is None
+    seen = call(LOOKER)
+    # The next call started only once the tail was over: everything of the last one is gone.
+    assert time.monotonic() - started >= 2
+    assert _left(_result(seen)) == NOTHING_LEFT
+    assert _only_sandbox(pool) is sandbox and sandbox.calls == 3 and pool.started == 1
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        # RLIMIT_CPU kills the process after its answer...
+        replace(LIMITS, cpu_seconds=1, exit_grace_seconds=5, wall_seconds=10),
+        # ...or the host does, once its exit grace is over.
+        replace(LIMITS, cpu_seconds=5, exit_grace_seconds=1.5, wall_seconds=10),
+    ],
+    ids=["cpu_time", "exit_grace"],
+)
+def test_a_call_that_answers_and_then_hits_a_limit_still_succeeds(call, pool: WarmPool, limits: Limits) -> None:
+    _result(call(ECHO, arguments={"text": "warm"}))
+    sandbox = _only_sandbox(pool)
+    started = time.monotonic()
+    outcome = call(LINGERER, arguments={"seconds": 60, "busy": True}, limits=limits)
+    assert _result(outcome) == "answered" and outcome.limits_hit == (), outcome
+    assert time.monotonic() - started < 1 and outcome.cpu_ms is not None and outcome.cpu_ms < 1000, outcome
+    assert _left(_result(call(LOOKER))) == NOTHING_LEFT
+    assert _only_sandbox(pool) is sandbox and sandbox.usable()
+
+
+def test_an_anomaly_in_the_tail_retires_the_sandbox(call, pool: WarmPool) -> None:
+    _result(call(ECHO, arguments={"text": "warm"}))
+    sandbox = _only_sandbox(pool)
+    limits = replace(LIMITS, exit_grace_seconds=5, wall_seconds=10)
+    assert _result(call(LINGERER, arguments={"seconds": 2}, limits=limits)) == "answered"
+    # The fork server dies while the call's tail is being finished: it never reports.
+    (fork_server,) = Path(f"/proc/{sandbox.process.pid}/task/{sandbox.process.pid}/children").read_text().split()
+    os.kill(int(fork_server), 9)
+    assert _result(call(ECHO, arguments={"text": "next"})) == "next"
+    assert sandbox.retired and sandbox.problems and pool.started == 2
+
+
+def test_cancelling_and_reaping_wait_for_a_pending_tail(call, pool: WarmPool) -> None:
+    limits = replace(LIMITS, exit_grace_seconds=5, wall_seconds=10)
+    assert _result(call(LINGERER, arguments={"seconds": 1}, limits=limits)) == "answered"
+    sandbox = _only_sandbox(pool)
+    cancel = threading.Event()
+    timer = threading.Timer(0.2, cancel.set)
+    timer.start()
+    try:
+        cancelled = call(
+            """
+            import time
+            class Tools:
+                def go(self) -> None:
+                    time.sleep(60)
+            """,
+            cancel=cancel,
+        )
+    finally:
+        timer.cancel()
+    assert cancelled.status == "cancelled", cancelled
+    assert _only_sandbox(pool) is sandbox and sandbox.usable()
+    assert _result(call(LINGERER, arguments={"seconds": 1}, limits=limits)) == "answered"
+    pool.idle_timeout = 0
+    pool.reap()
+    assert sandbox.retired and pool.idle() == []
+    assert wait_for_no_sandbox_processes(timeout=1) == []
+
+
+def test_what_a_call_wrote_to_stderr_before_its_result_is_kept(call) -> None:
+    # More than one read of the pipe (made larger for that), all written before the result.
+    source = """
+    import fcntl, os
+    class Tools:
+        def go(self, n: int) -> int:
+            fcntl.fcntl(2, 1031, 1 << 20)  # F_SETPIPE_SZ
+            os.write(2, b"x" * (512 << 10) + f"before result {n}\\n".encode())
+            return n
+    """
+    for n in range(3):
+        outcome = call(source, arguments={"n": n})
+        assert _result(outcome) == str(n) and outcome.stderr_tail.endswith(f"before result {n}\n"), outcome

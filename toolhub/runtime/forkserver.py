@@ -5,10 +5,10 @@ installed in the environment once (import only, see ``_preload_environment``), a
 calls one at a time over its stdin, which is a UNIX socket to the host. It never imports
 or runs a toolkit itself: for each call it forks a child, and only that child, made for that one
 call, loads the toolkit and answers the request (``runner.main``, exactly as a cold sandbox's
-``main.py`` does). After the child is gone it kills every other process in the namespace, reaps
-them, empties ``/tmp``, ``/dev/shm`` and ``/opt/toolkit``, removes every SysV IPC object, checks
-that nothing is left, and reports to the host. Anything unexpected is reported as a problem, and
-the host then retires the sandbox.
+``main.py`` does). Once the child is reaped it says so (the host may answer the call then), kills
+every other process in the namespace, reaps them, empties ``/tmp``, ``/dev/shm`` and
+``/opt/toolkit``, removes every SysV IPC object, checks that nothing is left, and reports to the
+host. Anything unexpected is reported as a problem, and the host then retires the sandbox.
 
 Control messages are JSON lines; descriptors travel as SCM_RIGHTS:
 
@@ -16,8 +16,9 @@ Control messages are JSON lines; descriptors travel as SCM_RIGHTS:
     here -> host   {"op": "ready", "preloaded": [...]}  once, after the imports (the names of
                                                      the environment's packages imported too)
                    {"op": "started", "pid": N}       + fd [pidfd of the call's process]
-                   {"op": "done", "status": W, "utime": s, "stime": s, "maxrss": kb,
-                    "problems": [...]}
+                   {"op": "exited", "status": W, "utime": s, "stime": s, "maxrss": kb}
+                                                     once the call's process is reaped
+                   {"op": "done", "problems": [...]} once everything of the call is gone
 
 The parent is not dumpable (``PR_SET_DUMPABLE`` 0), so the call's process, though it runs as the
 same uid, can neither read nor write its memory through ``/proc`` (and ``ptrace`` and
@@ -203,7 +204,7 @@ def main() -> None:
         if message.get("op") != "call" or len(fds) != 4:
             for fd in fds:
                 os.close(fd)
-            _send(control, {"op": "done", "status": None, "problems": ["bad control message"]})
+            _send(control, {"op": "done", "problems": ["bad control message"]})
             continue
         _serve(control, message, fds)
 
@@ -228,6 +229,12 @@ def _serve(control: socket.socket, message: dict, fds: list[int]) -> None:
     finally:
         os.close(pidfd)
     _, status, usage = os.wait4(pid, 0)
+    # Reported at once: the host may answer a call that sent a successful result now, with
+    # this usage, and waits for "done" only before the sandbox's next call.
+    _send(
+        control,
+        {"op": "exited", "status": status, "utime": usage.ru_utime, "stime": usage.ru_stime, "maxrss": usage.ru_maxrss},
+    )
     # Everything else the call started goes with it; pid 1 is spared by kill(-1).
     try:
         os.kill(-1, signal.SIGKILL)
@@ -239,17 +246,7 @@ def _serve(control: socket.socket, message: dict, fds: list[int]) -> None:
         except ChildProcessError:
             break
     problems += _clean()
-    _send(
-        control,
-        {
-            "op": "done",
-            "status": status,
-            "utime": usage.ru_utime,
-            "stime": usage.ru_stime,
-            "maxrss": usage.ru_maxrss,
-            "problems": problems,
-        },
-    )
+    _send(control, {"op": "done", "problems": problems})
 
 
 def _write_source(fd: int) -> None:

@@ -41,9 +41,10 @@ cgroup_root=Path("/sys/fs/cgroup"), uid_pool=None) -> SandboxOutcome``
   caused by a limit (``MemoryError``, ``EFBIG``, ``ENOSPC``, a failed ``fork``) is also
   ``limit_exceeded``, with the final message kept for its traceback. ``limits_hit`` lists every
   limit seen reached (a fork bomb that then runs out of wall time: ``wall_time``, ``processes``).
-  ``exit_code`` is the command's (128 + N when signal N killed it), ``cpu_ms`` the CPU time of
-  every process of the run (cgroup ``cpuacct``, else the command's rusage), ``max_rss_kb`` the
-  largest resident set of the command or a child it waited for.
+  ``exit_code`` is the command's (128 + N when signal N killed it; None for a warm call that
+  answered before its process exited), ``cpu_ms`` the CPU time of every process of the run
+  (cgroup ``cpuacct``, else the command's rusage), ``max_rss_kb`` the largest resident set of
+  the command or a child it waited for.
 - ``SandboxUnavailable`` is raised when bubblewrap is missing, the sandbox user is missing or
   privileged, the worker can neither switch to that user nor is it, or bubblewrap fails while
   building the sandbox (for instance a bind source the sandbox user cannot read). Nothing ever

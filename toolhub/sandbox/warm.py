@@ -13,6 +13,17 @@ Invariants, and what holds each:
   ``/opt/toolkit`` and removes every SysV IPC object; keys and POSIX message queues cannot be
   made at all (the seccomp filter). Whatever it cannot clean, and any protocol surprise, retires
   the sandbox; so do ``max_calls`` calls and ``max_age`` seconds.
+- A call whose final message is a successful result answers once its process is reaped (the
+  parent reports that at once, before its clean-up), or at the result if the process still
+  runs then: that outcome is "ok" whatever happens after it (``session.classify``), and its
+  CPU time and peak RSS are measured outside the call as for any call (the CPU-time cgroup;
+  the parent's ``wait4``, else the process's ``VmHWM`` read in the host's ``/proc``). Its tail
+  (the exit grace and the kill, the parent's clean-up and report, a retirement on any
+  anomaly) is finished by the sandbox's own tail thread, which only reads the call's pipes and
+  the control socket and signals the call (bubblewrap's parent-death signal stays with the
+  thread that started it); every next call, retirement and take from the pool waits for it
+  (``WarmSandbox.settle``). Errors, limits, the sandbox's last call and every call of a sandbox
+  with an egress proxy (whose report is part of the outcome) end in full before they return.
 - The parent is not dumpable and pid 1 (see the fork server's docstring); the call runs under
   the same seccomp filter, so it cannot trace, read or write the parent.
 - Limits per call as in a cold sandbox: rlimits set in the child; the sandbox's memory, pids
@@ -40,7 +51,9 @@ import errno
 import fcntl
 import json
 import os
+import queue
 import resource
+import select
 import selectors
 import signal
 import socket
@@ -213,6 +226,13 @@ class WarmSandbox:
         self._lease = None
         self._reservation = None
         self._endpoint: EgressEndpoint | None = None
+        # The tails of calls that answered early, finished one after the other by a thread of
+        # the sandbox's own (started with it: starting one per call would hold up the answer);
+        # clear while one is pending.
+        self._tails: queue.SimpleQueue[_CallSession | None] = queue.SimpleQueue()
+        self._settled = threading.Event()
+        self._settled.set()
+        self._tail_thread: threading.Thread | None = None
         if self.budget is not None:
             self._reservation = self.budget.reserve(self.estimate)
             if self._reservation is None:
@@ -235,6 +255,8 @@ class WarmSandbox:
                     raise WarmBudgetExceeded(
                         f"a warm sandbox measured {self.memory_bytes >> 20} MiB, more than the memory budget has left"
                     )
+            self._tail_thread = threading.Thread(target=self._finish_tails, name="warm-sandbox-tails", daemon=True)
+            self._tail_thread.start()
         except BaseException:
             self.retire()
             raise
@@ -405,19 +427,25 @@ class WarmSandbox:
         on_message: Callable[[dict], dict | None],
         cancel: threading.Event | None = None,
     ) -> SandboxOutcome:
+        # The last call's tail first: nothing of it may be left when this one starts.
+        self.settle()
         if self.busy or self.retired:
             raise RuntimeError("a warm sandbox serves one call at a time, and none once retired")
         self.busy = True
+        tail: _CallSession | None = None
+        egress: dict | None = None
         try:
-            result = self._call(source=source, request=request, limits=limits, on_message=on_message, cancel=cancel)
+            result, tail = self._call(source=source, request=request, limits=limits, on_message=on_message, cancel=cancel)
         finally:
-            self.busy = False
             self.calls += 1
             self.last_used = time.monotonic()
-            # Also after a call that raised: the next call starts with nothing counted.
-            egress = self._end_egress_call()
-            if self.problems or self.calls >= self.max_calls or not self.usable():
-                self.retire()
+            if tail is None:
+                # Also after a call that raised: the next call starts with nothing counted.
+                egress = self._end_egress_call()
+                self._end_call()
+            else:
+                self._settled.clear()
+                self._tails.put(tail)
         result.egress = egress
         return result
 
@@ -439,6 +467,47 @@ class WarmSandbox:
             self.problems.append("the egress proxy stopped")
         return endpoint.stop()
 
+    def _end_call(self) -> None:
+        self.busy = False
+        if self.problems or self.calls >= self.max_calls or not self.usable():
+            self.retire()
+
+    def settle(self) -> None:
+        """Wait for the last call's tail, if it answered early (the tail is bounded by the call's
+        exit grace and the kill's patience)."""
+        if threading.current_thread() is not self._tail_thread:
+            self._settled.wait()
+
+    def _finish_tails(self) -> None:
+        while (session := self._tails.get()) is not None:
+            try:
+                self._finish(session)
+            finally:
+                self._settled.set()
+
+    def _finish(self, session: _CallSession) -> None:
+        """The tail of a call that has answered, on the sandbox's tail thread: the rest of the
+        session loop (the exit grace, then the kill; the call's pipes still read and bounded),
+        then the fork server's report, exactly as a call that is not answered early ends
+        before it returns; any anomaly retires the sandbox."""
+        try:
+            session.answer_early = False
+            session.cancel = None
+            session.run()
+        except BaseException as exc:  # noqa: BLE001 - the tail must always end the call
+            self.problems.append(f"the tail of a call failed: {exc!r}")
+        finally:
+            try:
+                session.close()
+            except BaseException as exc:  # noqa: BLE001
+                self.problems.append(f"the tail of a call could not be closed: {exc!r}")
+            done = session.done
+            if done is None:
+                self.problems.append("the fork server did not report the end of the call")
+            else:
+                self.problems += [str(problem) for problem in done.get("problems") or []]
+            self._end_call()
+
     def usable(self) -> bool:
         return (
             not self.retired
@@ -457,7 +526,9 @@ class WarmSandbox:
         limits: Limits,
         on_message: Callable[[dict], dict | None],
         cancel: threading.Event | None = None,
-    ) -> SandboxOutcome:
+    ) -> tuple[SandboxOutcome, _CallSession | None]:
+        """The call's outcome, and its session when it answered early (a successful result):
+        the tail still to finish."""
         started = time.monotonic()
         request_line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
         ours: list[int] = []
@@ -489,6 +560,7 @@ class WarmSandbox:
         groups = self._memory
         oom_before, pids_before, cpu_before = groups.oom_kills(), groups.pids_limit_hits(), groups.cpu_ms()
         session: _CallSession | None = None
+        early = False
         try:
             session = _CallSession(
                 sandbox=self,
@@ -499,46 +571,67 @@ class WarmSandbox:
                 limits=limits,
                 on_message=on_message,
                 cancel=cancel,
+                # The last call a sandbox serves ends in full: it is retired once it returns.
+                # So does every call of a sandbox with a proxy: the call's egress report, in its
+                # outcome, is taken once every process of the call is gone.
+                answer_early=self.calls + 1 < self.max_calls and self._endpoint is None,
             )
             ours = []
             session.send(request_line)
             session.run()
+            if session.answered_early():
+                session.drain_stderr()
+                # The drain may have hit the output limit: the call then ends in full.
+                early = session.answered_early()
+                if not early:
+                    session.answer_early = False
+                    session.run()
             duration_ms = int((time.monotonic() - started) * 1000)
             oom = groups.oom_kills() > oom_before
             pids_hit = groups.pids_limit_hits() > pids_before
             cpu_after = groups.cpu_ms()
-            cpu_ms = cpu_after - cpu_before if cpu_after is not None and cpu_before is not None else None
         finally:
-            if session is not None:
-                session.close()
-            else:
+            if session is None:
                 os.close(pidfd)
+            elif not early:
+                session.close()
             for fd in ours:
                 os.close(fd)
-        done = session.done
-        if done is None:
-            self._broken("the fork server did not report the end of the call")
-        self.problems += [str(problem) for problem in done.get("problems") or []]
-        status = done.get("status")
+        if not early:
+            if session.done is None:
+                self._broken("the fork server did not report the end of the call")
+            self.problems += [str(problem) for problem in session.done.get("problems") or []]
+        # What the fork server's wait4 measured once the process was reaped, else (a call that
+        # answered while its process still ran) what the host read in /proc then.
+        report = session.exit_report or {}
+        status = report.get("status")
         exit_code = os.waitstatus_to_exitcode(status) if isinstance(status, int) else None
         if exit_code is not None and exit_code < 0:
             exit_code = 128 - exit_code
-        if cpu_ms is None:
-            cpu_ms = int((float(done.get("utime") or 0) + float(done.get("stime") or 0)) * 1000)
+        live_cpu_ms, live_rss_kb = session.live_usage or (None, None)
+        if cpu_after is not None and cpu_before is not None:
+            cpu_ms: int | None = cpu_after - cpu_before
+        elif session.exit_report is not None:
+            cpu_ms = int((float(report.get("utime") or 0) + float(report.get("stime") or 0)) * 1000)
+        else:
+            cpu_ms = live_cpu_ms
+        maxrss = report.get("maxrss")
         state = session.state
-        stderr_tail = state.stderr_tail.decode("utf-8", "replace")
-        return outcome(
+        result = outcome(
             state=state,
             exit_code=exit_code,
-            stderr_tail=stderr_tail,
+            stderr_tail=state.stderr_tail.decode("utf-8", "replace"),
             oom=oom,
             pids_hit=pids_hit,
             cpu_ms=cpu_ms,
             limits=limits,
             duration_ms=duration_ms,
-            max_rss_kb=done.get("maxrss") if isinstance(done.get("maxrss"), int) else None,
+            max_rss_kb=maxrss if isinstance(maxrss, int) else live_rss_kb,
             cgroups=groups.active,
         )
+        # A successful result is "ok" whatever happens after it (session.classify): the caller
+        # has it now, and the tail is finished before the sandbox takes another call.
+        return result, session if early else None
 
     def _child_limits(self, limits: Limits) -> dict[str, int]:
         # bubblewrap and the fork server are two more processes of the uid; one more where the
@@ -564,9 +657,13 @@ class WarmSandbox:
 
     def retire(self) -> None:
         """Stop the sandbox for good and give its uid back."""
+        # A tail being finished still uses the control socket (unless this is its thread).
+        self.settle()
         if self.retired:
             return
         self.retired = True
+        if self._tail_thread is not None:
+            self._tails.put(None)
         process = getattr(self, "process", None)
         if process is not None:
             if process.poll() is None:
@@ -616,17 +713,30 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _pidfd_pid(pidfd: int) -> int:
-    """The host pid behind a pidfd (its ``fdinfo`` names it in the reader's pid namespace)."""
-    with open(f"/proc/self/fdinfo/{pidfd}") as handle:
-        for line in handle:
-            name, _, value = line.partition(":")
-            if name == "Pid":
-                pid = int(value)
-                if pid <= 0:
-                    raise WarmSandboxBroken("the call's process is already gone")
-                return pid
-    raise WarmSandboxBroken("no pid for the call's pidfd")
+def _live_usage(pidfd: int) -> tuple[int, int] | None:
+    """(CPU milliseconds of the process, its threads and the children it reaped; its peak RSS
+    in kB) of the process behind ``pidfd``, from the host's ``/proc``, or None once it has
+    exited. The pid is taken from the pidfd's ``fdinfo`` (in the reader's pid namespace) before
+    the reads and the pidfd polled after them: a process that has not exited still holds its
+    pid, so what was read was its own."""
+    try:
+        with open(f"/proc/self/fdinfo/{pidfd}") as handle:
+            pid = next(int(value) for name, _, value in (line.partition(":") for line in handle) if name == "Pid")
+        if pid <= 0:
+            return None
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except (OSError, StopIteration, ValueError):
+        return None
+    if select.select([pidfd], [], [], 0)[0]:
+        return None
+    # Fields 14 to 17 (utime, stime, cutime, cstime), counted after the command's name.
+    ticks = sum(int(value) for value in stat[stat.rindex(")") + 2 :].split()[11:15])
+    for line in status.splitlines():
+        name, _, value = line.partition(":")
+        if name == "VmHWM":
+            return ticks * 1000 // os.sysconf("SC_CLK_TCK"), int(value.split()[0])
+    return None
 
 
 class _CallSession(Session):
@@ -634,7 +744,8 @@ class _CallSession(Session):
 
     The end of the call is the fork server's ``done`` report (sent once everything of the call
     is dead and cleaned), not a process exit; a kill goes to the call's process through its
-    pidfd, and escalates to retiring the whole sandbox.
+    pidfd, and escalates to retiring the whole sandbox. With ``answer_early`` the loop also
+    stops at a successful result (``answered_early``); ``WarmSandbox._finish`` runs the rest.
     """
 
     def __init__(
@@ -648,8 +759,10 @@ class _CallSession(Session):
         limits: Limits,
         on_message: Callable[[dict], dict | None],
         cancel: threading.Event | None = None,
+        answer_early: bool = False,
     ) -> None:
         self.sandbox = sandbox
+        self.answer_early = answer_early
         self.limits = limits
         self.on_message = on_message
         self.cancel = cancel
@@ -681,20 +794,73 @@ class _CallSession(Session):
         self.killed_at: float | None = None
         self.bwrap_signalled = False
         self.exited_at: float | None = None
+        # The fork server's reports: the call's process reaped (with its wait4 usage), and
+        # everything of the call gone (with what could not be cleaned).
+        self.exit_report: dict | None = None
         self.done: dict | None = None
+        # (CPU ms, peak RSS kB) read on the host when the result came and the process still ran.
+        self.live_usage: tuple[int, int] | None = None
+        self.probed = False
+
+    def answered_early(self) -> bool:
+        """Whether the call may answer now: a successful result has arrived, nothing was killed,
+        the call has not ended, and its usage is known (its process reaped, or read while it
+        still runs)."""
+        final = self.state.final
+        return (
+            self.answer_early
+            and self.exited_at is None
+            and self.killed_at is None
+            and final is not None
+            and final.get("kind") == "result"
+            and (self.exit_report is not None or self.live_usage is not None)
+        )
+
+    def _finished(self) -> bool:
+        final = self.state.final
+        if self.answer_early and not self.probed and final is not None and final.get("kind") == "result":
+            # Once, at the result: a process that has not exited yet is measured now; one that
+            # has is answered for at the fork server's "exited" report, a moment later.
+            self.probed = True
+            assert self.child_pidfd is not None
+            self.live_usage = _live_usage(self.child_pidfd)
+        return self.answered_early() or super()._finished()
+
+    def drain_stderr(self) -> None:
+        """Read what the call wrote to stderr before its result: written first, it is in the
+        pipe already, though the loop may have read stdout first."""
+        while "stderr" in self.open_streams and self.killed_at is None:
+            before = self.state.output_bytes
+            self._handle("stderr")
+            if self.state.output_bytes == before:
+                return
 
     def _handle(self, name: str) -> None:
         if name != "exit":
             super()._handle(name)
             return
-        self.selector.unregister(self.control_fd)
-        message, fds = self.sandbox._receive(_CONTROL_TIMEOUT)
-        for fd in fds:
-            os.close(fd)
-        if message is not None and message.get("op") == "done":
-            self.done = message
-        self.exited_at = time.monotonic()
-        self._close_stdin()
+        self._read_control(_CONTROL_TIMEOUT)
+
+    def _read_control(self, timeout: float) -> None:
+        """Take the fork server's reports: ``exited`` once the call's process is reaped, then
+        ``done`` once everything of the call is gone, which ends the call (as anything else on
+        the control socket does, without a report)."""
+        while True:
+            message, fds = self.sandbox._receive(timeout)
+            for fd in fds:
+                os.close(fd)
+            if message is not None and message.get("op") == "exited" and self.exit_report is None:
+                self.exit_report = message
+                # Both may have come in one read.
+                if b"\n" in self.sandbox._buffer:
+                    continue
+                return
+            if message is not None and message.get("op") == "done":
+                self.done = message
+            self.selector.unregister(self.control_fd)
+            self.exited_at = time.monotonic()
+            self._close_stdin()
+            return
 
     def _close_stdin(self) -> None:
         if not self.stdin_open:
@@ -720,13 +886,10 @@ class _CallSession(Session):
         if self.exited_at is None:
             self.kill("aborted")
             # Wait for the fork server's report, then give up on the sandbox.
-            self.sandbox.control.settimeout(_KILL_PATIENCE)
-            message, fds = self.sandbox._receive(_KILL_PATIENCE)
-            for fd in fds:
-                os.close(fd)
-            if message is not None and message.get("op") == "done":
-                self.done = message
-            else:
+            deadline = time.monotonic() + _KILL_PATIENCE
+            while self.exited_at is None and time.monotonic() < deadline:
+                self._read_control(deadline - time.monotonic())
+            if self.done is None:
                 self.sandbox.problems.append("the fork server did not report after an aborted call")
                 self.sandbox.retire()
         self.selector.close()
@@ -842,13 +1005,17 @@ class WarmPool:
         self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None
     ) -> WarmSandbox:
         self.reap()
-        with self._lock:
-            idle = self._idle.get(key, [])
-            while idle:
+        while True:
+            with self._lock:
+                idle = self._idle.get(key, [])
+                if not idle:
+                    break
                 sandbox = idle.pop()
-                if sandbox.usable():
-                    return sandbox
-                sandbox.retire()
+            # Its last call's tail may still be finishing, and may retire it.
+            sandbox.settle()
+            if sandbox.usable():
+                return sandbox
+            sandbox.retire()
         return self._start(key, interpreter_env=interpreter_env, runtime_dir=runtime_dir, limits=limits, egress=egress)
 
     def _start(
