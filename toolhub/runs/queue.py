@@ -7,9 +7,9 @@ every time: the four grouped queries that chose the fairest invocation took 4.1 
 invocation with its revision, toolkit and user through ``select_related`` 3.3 ms, and recording
 the end twice the CPU of the plain statement, while PostgreSQL answers each in well under a
 millisecond. bench/invoke.py's stage split showed ~10 ms of them before the worker's sandbox
-call began. The statements are made once per connection vendor
-from the models' metadata (table and column names, the fields' own converters), so a changed
-model changes them too, and they run unchanged on PostgreSQL and SQLite.
+call began. The statements are made once per connection vendor from the models' metadata, and
+rows are converted as the ORM would (toolhub.plainsql), so a changed model changes them too, and
+they run unchanged on PostgreSQL and SQLite.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from typing import Any, cast
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Field, Model
+from django.db.models import Model
 
+from toolhub.plainsql import Converters, column, convert, converters, field, param, table
 from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.toolkits.models import Revision, Toolkit
 
@@ -32,27 +33,11 @@ from toolhub.toolkits.models import Revision, Toolkit
 LEFT_OUT: dict[type[Model], frozenset[str]] = {Revision: frozenset({"source", "build_log", "traceback", "description"})}
 
 
-def _table(model: type[Model]) -> str:
-    return connection.ops.quote_name(model._meta.db_table)
-
-
-def _field(model: type[Model], name: str) -> Field:
-    return cast(Field, model._meta.get_field(name))
-
-
-def _column(model: type[Model], name: str) -> str:
-    return connection.ops.quote_name(cast(str, _field(model, name).column))
-
-
-def _param(model: type[Model], name: str, value: Any) -> Any:
-    return _field(model, name).get_db_prep_value(value, connection)
-
-
 @cache
 def _fairest_sql(vendor: str) -> str:
-    inv = _table(Invocation)
-    user, status, surface = (_column(Invocation, n) for n in ("user", "status", "surface"))
-    created, started, pk = (_column(Invocation, n) for n in ("created_at", "started_at", "id"))
+    inv = table(Invocation)
+    user, status, surface = (column(Invocation, n) for n in ("user", "status", "surface"))
+    created, started, pk = (column(Invocation, n) for n in ("created_at", "started_at", "id"))
     # Per waiting user (never per queued row): how many of theirs are running, when they were
     # last served (MAX over the (user, started_at) index), and their oldest queued one.
     return f"""
@@ -91,9 +76,9 @@ def fairest_queued():
 
 @cache
 def _abandoned_sql(vendor: str) -> str:
-    c = {n: _column(Invocation, n) for n in ("id", "status", "finished_at", "pending_call", "error", "heartbeat_at")}
+    c = {n: column(Invocation, n) for n in ("id", "status", "finished_at", "pending_call", "error", "heartbeat_at")}
     return (
-        f"UPDATE {_table(Invocation)} SET {c['status']} = %s, {c['finished_at']} = %s, {c['pending_call']} = NULL, "
+        f"UPDATE {table(Invocation)} SET {c['status']} = %s, {c['finished_at']} = %s, {c['pending_call']} = NULL, "
         f"{c['error']} = %s WHERE {c['id']} = %s AND {c['status']} IN (%s, %s) "
         f"AND ({c['heartbeat_at']} IS NULL OR {c['heartbeat_at']} < %s)"
     )
@@ -103,8 +88,8 @@ def end_if_abandoned(pk, *, now: datetime, silent_since: datetime, error: str) -
     """Fail the invocation `pk` if it is running (or waiting for an answer) without a heartbeat
     since `silent_since`; whether it was."""
     params = [
-        RunStatus.FAILED.value, _param(Invocation, "finished_at", now), error, _param(Invocation, "id", pk),
-        RunStatus.RUNNING.value, RunStatus.AWAITING_INPUT.value, _param(Invocation, "heartbeat_at", silent_since),
+        RunStatus.FAILED.value, param(Invocation, "finished_at", now), error, param(Invocation, "id", pk),
+        RunStatus.RUNNING.value, RunStatus.AWAITING_INPUT.value, param(Invocation, "heartbeat_at", silent_since),
     ]
     with connection.cursor() as cursor:
         cursor.execute(_abandoned_sql(connection.vendor), params)
@@ -115,10 +100,9 @@ def end_if_abandoned(pk, *, now: datetime, silent_since: datetime, error: str) -
 class _Part:
     model: type[Model]
     alias: str
-    # The loaded fields' attnames, in the model's order, and each one's column expression with
-    # its converters.
+    # The loaded fields' attnames, in the model's order, and how to convert each one's value.
     attnames: tuple[str, ...]
-    converters: tuple[tuple, ...]
+    converters: Converters
 
 
 @cache
@@ -129,19 +113,15 @@ def _load_statement(vendor: str) -> tuple[str, tuple[_Part, ...]]:
     parts = []
     models: tuple[tuple[type[Model], str], ...] = ((Invocation, "i"), (Revision, "r"), (Toolkit, "t"), (user_model, "u"))
     for model, alias in models:
-        fields = [f for f in model._meta.concrete_fields if f.attname not in LEFT_OUT.get(model, ())]
-        converters = []
-        for f in fields:
-            col = f.get_col(alias)
-            converters.append((col, tuple(connection.ops.get_db_converters(col)) + tuple(col.get_db_converters(connection))))
-        parts.append(_Part(model, alias, tuple(f.attname for f in fields), tuple(converters)))
-    select = ", ".join(f"{part.alias}.{_column(part.model, name)}" for part in parts for name in part.attnames)
+        names = tuple(f.attname for f in model._meta.concrete_fields if f.attname not in LEFT_OUT.get(model, ()))
+        parts.append(_Part(model, alias, names, converters(model, alias, names)))
+    select = ", ".join(f"{part.alias}.{column(part.model, name)}" for part in parts for name in part.attnames)
     sql = (
-        f"SELECT {select} FROM {_table(Invocation)} i "
-        f"JOIN {_table(Revision)} r ON r.{_column(Revision, 'id')} = i.{_column(Invocation, 'revision')} "
-        f"JOIN {_table(Toolkit)} t ON t.{_column(Toolkit, 'id')} = i.{_column(Invocation, 'toolkit')} "
-        f"JOIN {_table(user_model)} u ON u.{_column(user_model, user_model._meta.pk.name)} = i.{_column(Invocation, 'user')} "
-        f"WHERE i.{_column(Invocation, 'id')} = %s"
+        f"SELECT {select} FROM {table(Invocation)} i "
+        f"JOIN {table(Revision)} r ON r.{column(Revision, 'id')} = i.{column(Invocation, 'revision')} "
+        f"JOIN {table(Toolkit)} t ON t.{column(Toolkit, 'id')} = i.{column(Invocation, 'toolkit')} "
+        f"JOIN {table(user_model)} u ON u.{column(user_model, user_model._meta.pk.name)} = i.{column(Invocation, 'user')} "
+        f"WHERE i.{column(Invocation, 'id')} = %s"
     )
     return sql, tuple(parts)
 
@@ -151,20 +131,15 @@ def load_for_run(pk) -> Invocation | None:
     The revision's large text columns (LEFT_OUT) are deferred."""
     sql, parts = _load_statement(connection.vendor)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [_param(Invocation, "id", pk)])
+        cursor.execute(sql, [param(Invocation, "id", pk)])
         row = cursor.fetchone()
     if row is None:
         return None
     instances = []
     position = 0
     for part in parts:
-        values = []
-        for col, converters in part.converters:
-            value = row[position]
-            position += 1
-            for convert in converters:
-                value = convert(value, col, connection)
-            values.append(value)
+        values = convert(row[position : position + len(part.attnames)], part.converters)
+        position += len(part.attnames)
         instances.append(part.model.from_db(connection.alias, part.attnames, values))
     invocation, revision, toolkit, user = cast(tuple[Invocation, Revision, Toolkit, Any], tuple(instances))
     invocation.revision, invocation.toolkit, invocation.user = revision, toolkit, user
@@ -174,10 +149,10 @@ def load_for_run(pk) -> Invocation | None:
 
 @cache
 def _finish_sql(vendor: str, names: tuple[str, ...]) -> str:
-    assignments = ", ".join(f"{_column(Invocation, name)} = %s" for name in names)
-    status, pk, pending = (_column(Invocation, n) for n in ("status", "id", "pending_call"))
+    assignments = ", ".join(f"{column(Invocation, name)} = %s" for name in names)
+    status, pk, pending = (column(Invocation, n) for n in ("status", "id", "pending_call"))
     return (
-        f"UPDATE {_table(Invocation)} SET {status} = %s, {pending} = NULL, {assignments} "
+        f"UPDATE {table(Invocation)} SET {status} = %s, {pending} = NULL, {assignments} "
         f"WHERE {pk} = %s AND {status} NOT IN (%s, %s, %s)"
     )
 
@@ -188,8 +163,8 @@ def finish(pk, status: str, fields: dict[str, Any]) -> bool:
     names = tuple(sorted(fields))
     params = [
         status,
-        *(_field(Invocation, name).get_db_prep_save(fields[name], connection) for name in names),
-        _param(Invocation, "id", pk),
+        *(field(Invocation, name).get_db_prep_save(fields[name], connection) for name in names),
+        param(Invocation, "id", pk),
         RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.TIMED_OUT.value,
     ]
     with connection.cursor() as cursor:
