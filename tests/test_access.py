@@ -101,7 +101,12 @@ def test_a_tool_call_reads_one_query_and_no_source_for_the_plain_cases(secret, a
     for user in (alice, carol, admin):
         with django_assert_num_queries(1) as captured:
             found = access.toolkit_to_call(user, "secret_lab")
-            assert found.current_revision.number == 1 and found.slug == "secret_lab"
+            assert (found.pk, found.slug, found.owner_id, found.use) == (secret.pk, "secret_lab", alice.pk, secret.use)
+            revision = secret.current_revision
+            assert (found.current_revision.pk, found.current_revision.number, found.current_revision.status) == (
+                revision.pk, revision.number, revision.status,
+            )
+            assert found.current_revision.tools == revision.tools
         assert '"source"' not in captured.captured_queries[0]["sql"]
 
 
