@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.invoke import Scratch, _measure, _percentile  # noqa: E402
+from bench.invoke import ready_toolkit as ready_echo_toolkit  # noqa: E402
 
 TOOLKIT = '''"""
 title: Bench Egress
@@ -62,20 +63,10 @@ class Tools:
 
 def ready_toolkit():
     """Upload, build and grant the toolkit in this process."""
-    from django.contrib.auth import get_user_model
-
     from toolhub.toolkits.models import Toolkit
-    from toolhub.toolkits.services import toolkit_create, toolkit_set_egress
-    from toolhub.toolkits.tasks import build_revision, introspect_revision
+    from toolhub.toolkits.services import toolkit_set_egress
 
-    user = get_user_model().objects.create_user("bench", "bench@example.org", "bench-password", is_staff=True)
-    toolkit = toolkit_create(source=TOOLKIT, user=user, slug="bench_egress").toolkit
-    revision = toolkit.latest_revision()
-    build_revision.run(revision.pk)
-    introspect_revision.run(revision.pk)
-    toolkit = Toolkit.objects.select_related("current_revision").get(pk=toolkit.pk)
-    if toolkit.current_revision.status != "ready":
-        raise SystemExit(f"the bench toolkit did not become ready: {toolkit.current_revision.status_detail}")
+    user, toolkit = ready_echo_toolkit(TOOLKIT, "bench_egress")
     toolkit_set_egress(toolkit=toolkit, granted=True, hosts=[], by=user)
     return Toolkit.objects.select_related("current_revision").get(pk=toolkit.pk)
 

@@ -214,7 +214,7 @@ class Worker:
 # ------------------------------------------------------------------------------
 
 
-def ready_toolkit():
+def ready_toolkit(source: str = TOOLKIT, slug: str = "bench_echo"):
     """Upload and build the toolkit in this process, the way the build worker would."""
     from django.contrib.auth import get_user_model
 
@@ -223,7 +223,7 @@ def ready_toolkit():
     from toolhub.toolkits.tasks import build_revision, introspect_revision
 
     user = get_user_model().objects.create_user("bench", "bench@example.org", "bench-password", is_staff=True)
-    toolkit = toolkit_create(source=TOOLKIT, user=user, slug="bench_echo").toolkit
+    toolkit = toolkit_create(source=source, user=user, slug=slug).toolkit
     revision = toolkit.latest_revision()
     build_revision.run(revision.pk)
     introspect_revision.run(revision.pk)
