@@ -108,6 +108,21 @@ def test_a_client_is_found_with_one_query_and_a_person_too(plain_app, alice, bea
             clients.resolve_caller(token=token, headers={})
 
 
+def test_the_caller_is_the_user_as_stored_every_field(plain_app, alice, bearer):
+    # resolve_caller reads the credential and its user with one plain statement: the user it
+    # gives (request.user everywhere) must be the row as the ORM reads it.
+    person = bearer(alice)["HTTP_AUTHORIZATION"].removeprefix("Bearer ")
+    users = get_user_model()
+    for token, expected in ((person, alice), (plain_app[1], plain_app[0].service_user)):
+        found = clients.resolve_caller(token=token, headers={}).user
+        stored = users.objects.get(pk=expected.pk)
+        assert [getattr(found, f.attname) for f in users._meta.concrete_fields] == [
+            getattr(stored, f.attname) for f in users._meta.concrete_fields
+        ]
+    caller = clients.resolve_caller(token=plain_app[1], headers={})
+    assert caller.client.pk == plain_app[0].pk and caller.client.name == "Batch jobs"
+
+
 def test_the_token_is_stored_hashed(webui):
     credential, raw = webui
     assert raw not in credential.digest and credential.prefix == raw[:11]

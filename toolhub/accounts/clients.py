@@ -9,12 +9,15 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from typing import Any, TypeVar
 
 from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Model
 from django.utils import timezone
 
+from toolhub import plainsql
 from toolhub.accounts.models import (
     CLIENT_TOKEN_PREFIX,
     DEFAULT_USER_HEADER,
@@ -27,6 +30,7 @@ from toolhub.accounts.models import (
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
 MAX_EMAIL = 254
 MAX_RATE = 100_000
+M = TypeVar("M", bound=Model)
 
 
 class InvalidClient(ValueError):
@@ -117,13 +121,13 @@ def resolve_caller(*, token: str, headers) -> Caller:
     # A client credential's token says so (a person's starts with TOKEN_PREFIX, never with
     # CLIENT_TOKEN_PREFIX): the LLM apps' calls, most of all calls, skip people's tokens.
     if not token.startswith(CLIENT_TOKEN_PREFIX):
-        row = ApiToken.objects.active().select_related("user").filter(digest=digest).first()
+        row = _with_user(ApiToken, "user", digest)
         if row is not None:
             if not row.user.is_active:
                 raise CallerRefused(401, "Authentication required: send a bearer token.")
             _touch(ApiToken, row)
             return Caller(user=row.user)
-    client = ClientCredential.objects.select_related("service_user").filter(digest=digest).first()
+    client = _with_user(ClientCredential, "service_user", digest)
     if client is None or not client.is_active or not client.service_user.is_active:
         raise CallerRefused(401, "Authentication required: send a bearer token.")
     _touch(ClientCredential, client)
@@ -134,6 +138,42 @@ def resolve_caller(*, token: str, headers) -> Caller:
     if not email:
         return Caller(user=client.service_user, client=client)
     return Caller(user=_user_for_email(client, email), client=client)
+
+
+@cache
+def _with_user_read(vendor: str, model: type[Model], user_field: str) -> tuple[str, list[str], plainsql.Converters, list[str], plainsql.Converters]:
+    """The statement _with_user reads a credential and its user with (toolhub.plainsql: every
+    call authenticates, and the ORM's select_related cost more in compiling than the read), and
+    the converters of each part."""
+    users = get_user_model()
+    own = [f.attname for f in model._meta.concrete_fields]
+    theirs = [f.attname for f in users._meta.concrete_fields]
+    select = ", ".join([f"c.{plainsql.column(model, n)}" for n in own] + [f"u.{plainsql.column(users, n)}" for n in theirs])
+    sql = (
+        f"SELECT {select} FROM {plainsql.table(model)} c JOIN {plainsql.table(users)} u"
+        f" ON u.{plainsql.column(users, users._meta.pk.attname)} = c.{plainsql.column(model, user_field)}"
+        f" WHERE c.{plainsql.column(model, 'digest')} = %s"
+    )
+    if model is ApiToken:
+        # ApiToken.objects.active(): a revoked token is as good as unknown.
+        sql += f" AND c.{plainsql.column(model, 'revoked_at')} IS NULL"
+    return sql, own, plainsql.converters(model, "c", own), theirs, plainsql.converters(users, "u", theirs)
+
+
+def _with_user(model: type[M], user_field: str, digest: str) -> M | None:
+    """The credential of `model` with this digest and its user (`user_field`) attached, in one
+    query; None when there is none."""
+    sql, own, own_fields, theirs, their_fields = _with_user_read(connection.vendor, model, user_field)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [digest])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    split = len(own)
+    credential = model.from_db(connection.alias, own, plainsql.convert(row[:split], own_fields))
+    user = get_user_model().from_db(connection.alias, theirs, plainsql.convert(row[split:], their_fields))
+    setattr(credential, user_field, user)
+    return credential
 
 
 def _user_for_email(client: ClientCredential, email: str):
