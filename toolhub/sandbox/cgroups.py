@@ -37,6 +37,9 @@ class RunCgroups:
     ) -> None:
         self.dirs: dict[str, Path] = {}
         self.fds: list[int] = []
+        # The counter files, opened at their first read and read again in place: a warm
+        # sandbox reads three of them before and after every call.
+        self._counters: dict[tuple[str, str], int] = {}
         self.active = False
         if root is None:
             return
@@ -85,7 +88,7 @@ class RunCgroups:
 
     def oom_kills(self) -> int:
         """How many processes the OOM killer has killed in the memory group so far."""
-        text = self._read("memory", "memory.oom_control")
+        text = self._read_counter("memory", "memory.oom_control")
         for line in text.splitlines():
             name, _, value = line.partition(" ")
             if name == "oom_kill" and value.strip().isdigit():
@@ -97,12 +100,12 @@ class RunCgroups:
 
     def pids_limit_hits(self) -> int:
         """How often a fork failed on the pids limit so far."""
-        text = self._read("pids", "pids.events")
+        text = self._read_counter("pids", "pids.events")
         name, _, value = text.strip().partition(" ")
         return int(value) if name == "max" and value.isdigit() else 0
 
     def cpu_ms(self) -> int | None:
-        text = self._read("cpuacct", "cpuacct.usage").strip()
+        text = self._read_counter("cpuacct", "cpuacct.usage").strip()
         return int(text) // 1_000_000 if text.isdigit() else None
 
     def close_fds(self) -> None:
@@ -112,6 +115,9 @@ class RunCgroups:
 
     def kill_and_remove(self) -> None:
         self.close_fds()
+        for fd in self._counters.values():
+            os.close(fd)
+        self._counters.clear()
         for controller in list(self.dirs):
             directory = self.dirs[controller]
             deadline = time.monotonic() + 5
@@ -136,6 +142,17 @@ class RunCgroups:
             self.dirs.pop(controller).rmdir()
         except OSError:
             pass
+
+    def _read_counter(self, controller: str, name: str) -> str:
+        if controller not in self.dirs:
+            return ""
+        try:
+            fd = self._counters.get((controller, name))
+            if fd is None:
+                fd = self._counters[controller, name] = os.open(self.dirs[controller] / name, os.O_RDONLY | os.O_CLOEXEC)
+            return os.pread(fd, 4096, 0).decode()
+        except OSError:
+            return ""
 
     def _read(self, controller: str, name: str) -> str:
         directory = self.dirs.get(controller)

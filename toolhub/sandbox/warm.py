@@ -53,7 +53,6 @@ import json
 import os
 import queue
 import resource
-import select
 import selectors
 import signal
 import socket
@@ -713,30 +712,63 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _live_usage(pidfd: int) -> tuple[int, int] | None:
-    """(CPU milliseconds of the process, its threads and the children it reaped; its peak RSS
-    in kB) of the process behind ``pidfd``, from the host's ``/proc``, or None once it has
-    exited. The pid is taken from the pidfd's ``fdinfo`` (in the reader's pid namespace) before
-    the reads and the pidfd polled after them: a process that has not exited still holds its
-    pid, so what was read was its own."""
+def _pidfd_pid(pidfd: int) -> int | None:
+    """The pid behind a pidfd in the reader's pid namespace (its ``fdinfo`` names it), or None
+    once the process has been reaped."""
     try:
         with open(f"/proc/self/fdinfo/{pidfd}") as handle:
-            pid = next(int(value) for name, _, value in (line.partition(":") for line in handle) if name == "Pid")
-        if pid <= 0:
-            return None
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        status = Path(f"/proc/{pid}/status").read_text()
-    except (OSError, StopIteration, ValueError):
+            for line in handle:
+                name, _, value = line.partition(":")
+                if name == "Pid":
+                    pid = int(value)
+                    return pid if pid > 0 else None
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _open_usage_files(pidfd: int, *, with_stat: bool) -> list[int]:
+    """Descriptors of the ``/proc`` ``status`` (and ``stat``) files of the process behind
+    ``pidfd``, in the host's ``/proc``; empty if it is gone. A ``/proc/<pid>`` file stays bound
+    to the process it was opened for (reading it once that is reaped fails), and the pid is
+    looked up again after the opening: not reaped by then, so the files are its own."""
+    pid = _pidfd_pid(pidfd)
+    if pid is None:
+        return []
+    fds: list[int] = []
+    try:
+        for name in ("status", "stat") if with_stat else ("status",):
+            fds.append(os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC))
+    except OSError:
+        pass
+    if len(fds) != (2 if with_stat else 1) or _pidfd_pid(pidfd) != pid:
+        for fd in fds:
+            os.close(fd)
+        return []
+    return fds
+
+
+def _live_usage(files: list[int]) -> tuple[int | None, int] | None:
+    """(CPU milliseconds of the process, its threads and the children it reaped, when its
+    ``stat`` is open; its peak RSS in kB) from ``_open_usage_files``' descriptors, or None
+    once the process has exited (its ``status`` then has no ``VmHWM``, or cannot be read)."""
+    try:
+        status = os.pread(files[0], 8192, 0).decode()
+        stat = os.pread(files[1], 4096, 0).decode() if len(files) > 1 else None
+    except (OSError, IndexError, UnicodeDecodeError):
         return None
-    if select.select([pidfd], [], [], 0)[0]:
-        return None
-    # Fields 14 to 17 (utime, stime, cutime, cstime), counted after the command's name.
-    ticks = sum(int(value) for value in stat[stat.rindex(")") + 2 :].split()[11:15])
+    peak = None
     for line in status.splitlines():
         name, _, value = line.partition(":")
         if name == "VmHWM":
-            return ticks * 1000 // os.sysconf("SC_CLK_TCK"), int(value.split()[0])
-    return None
+            peak = int(value.split()[0])
+    if peak is None:
+        return None
+    if stat is None:
+        return None, peak
+    # Fields 14 to 17 (utime, stime, cutime, cstime), counted after the command's name.
+    ticks = sum(int(value) for value in stat[stat.rindex(")") + 2 :].split()[11:15])
+    return ticks * 1000 // os.sysconf("SC_CLK_TCK"), peak
 
 
 class _CallSession(Session):
@@ -798,8 +830,10 @@ class _CallSession(Session):
         # everything of the call gone (with what could not be cleaned).
         self.exit_report: dict | None = None
         self.done: dict | None = None
-        # (CPU ms, peak RSS kB) read on the host when the result came and the process still ran.
-        self.live_usage: tuple[int, int] | None = None
+        # What measures the call at an early answer, opened once its request is written (while
+        # it runs), and (CPU ms, peak RSS kB) read there when the result came and it still ran.
+        self.usage_files: list[int] | None = None
+        self.live_usage: tuple[int | None, int] | None = None
         self.probed = False
 
     def answered_early(self) -> bool:
@@ -822,8 +856,8 @@ class _CallSession(Session):
             # Once, at the result: a process that has not exited yet is measured now; one that
             # has is answered for at the fork server's "exited" report, a moment later.
             self.probed = True
-            assert self.child_pidfd is not None
-            self.live_usage = _live_usage(self.child_pidfd)
+            if self.usage_files:
+                self.live_usage = _live_usage(self.usage_files)
         return self.answered_early() or super()._finished()
 
     def drain_stderr(self) -> None:
@@ -840,6 +874,13 @@ class _CallSession(Session):
             super()._handle(name)
             return
         self._read_control(_CONTROL_TIMEOUT)
+
+    def _write_stdin(self) -> None:
+        super()._write_stdin()
+        if self.answer_early and self.usage_files is None and not self.pending_stdin and self.child_pidfd is not None:
+            # The request is written and the call runs: the opening costs it nothing now.
+            with_stat = "cpuacct" not in self.sandbox._memory.dirs
+            self.usage_files = _open_usage_files(self.child_pidfd, with_stat=with_stat)
 
     def _read_control(self, timeout: float) -> None:
         """Take the fork server's reports: ``exited`` once the call's process is reaped, then
@@ -896,6 +937,9 @@ class _CallSession(Session):
         if self.child_pidfd is not None:
             os.close(self.child_pidfd)
             self.child_pidfd = None
+        for fd in self.usage_files or []:
+            os.close(fd)
+        self.usage_files = []
         self._close_stdin()
         for fd in (self.stdout_fd, self.stderr_fd):
             try:
