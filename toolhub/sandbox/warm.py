@@ -79,6 +79,8 @@ _TOOLKIT_TMPFS_BYTES = 2 << 20
 _READY_TIMEOUT = 30.0
 _CONTROL_TIMEOUT = 10.0
 _KILL_PATIENCE = 2.0
+# How long a new warm sandbox waits for a free uid before it stops an idle one of its pool.
+_UID_PATIENCE = 1.0
 # What the fork server itself may use on top of a call's memory limit (it is ~40 MiB).
 _PARENT_MEMORY_ALLOWANCE = 128 << 20
 
@@ -1065,8 +1067,10 @@ class WarmPool:
     def _start(
         self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None
     ) -> WarmSandbox:
-        # First without waiting for a uid while this pool has an idle sandbox to give one up.
-        uid_wait: float | None = 0.0
+        # While this pool has an idle sandbox that could give its uid up, a uid is waited for only
+        # briefly: long enough for one just given back (its processes may still be exiting, or
+        # awaiting their reaping by the host's init) but not for another process's.
+        uid_wait: float | None = _UID_PATIENCE
         while True:
             if uid_wait is not None and not self.idle():
                 uid_wait = None
