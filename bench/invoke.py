@@ -283,7 +283,7 @@ def warm_sandbox(toolkit, runs: int) -> tuple[list[float], list[float], list[flo
     """The warm call (back to back, and 10 ms apart), the fork-server floor and the memory of
     one idle warm sandbox."""
     from toolhub.sandbox import launcher as sandboxlib
-    from toolhub.sandbox.warm import WarmPool
+    from toolhub.sandbox.warm_pool import WarmPool
     from toolhub.toolkits import sandboxing as sandbox
     from toolhub.toolkits.building import revision_environment
 

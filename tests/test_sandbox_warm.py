@@ -25,7 +25,9 @@ pytest_plugins = ["tests.sandbox_fixtures"]
 from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
 from toolhub.sandbox.launcher import Limits, SandboxOutcome  # noqa: E402
 from toolhub.sandbox.uids import UidPool  # noqa: E402
-from toolhub.sandbox.warm import MemoryBudget, WarmBudgetExceeded, WarmPool, WarmSandbox  # noqa: E402
+from toolhub.sandbox.warm import WarmSandbox  # noqa: E402
+from toolhub.sandbox.warm_budget import MemoryBudget, WarmBudgetExceeded  # noqa: E402
+from toolhub.sandbox.warm_pool import WarmPool  # noqa: E402
 
 pytestmark = pytest.mark.sandbox
 
@@ -467,7 +469,7 @@ def test_the_memory_budget_holds_for_every_pool_of_the_host(
     assert budget.used() == 0
     # The share of a worker that died without giving it back is free again.
     subprocess.run(
-        [sys.executable, "-c", "import sys; from pathlib import Path; from toolhub.sandbox.warm import MemoryBudget; "
+        [sys.executable, "-c", "import sys; from pathlib import Path; from toolhub.sandbox.warm_budget import MemoryBudget; "
          "assert MemoryBudget(limit_bytes=1 << 30, directory=Path(sys.argv[1])).reserve(5 << 20); import os; os._exit(0)",
          str(tmp_path / "budget")],
         check=True, cwd=Path(__file__).resolve().parents[1],

@@ -29,7 +29,8 @@ from toolhub.sandbox.egress import EgressPolicy  # noqa: E402
 from toolhub.sandbox.egress.endpoint import SANDBOX_SOCKET  # noqa: E402
 from toolhub.sandbox.launcher import SandboxOutcome  # noqa: E402
 from toolhub.sandbox.uids import UidPool  # noqa: E402
-from toolhub.sandbox.warm import WarmPool, WarmSandbox  # noqa: E402
+from toolhub.sandbox.warm import WarmSandbox  # noqa: E402
+from toolhub.sandbox.warm_pool import WarmPool  # noqa: E402
 
 pytestmark = pytest.mark.sandbox
 

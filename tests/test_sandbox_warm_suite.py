@@ -1,7 +1,7 @@
 """The hostile suite of tests/test_sandbox.py, unchanged, on warm sandboxes.
 
 The test functions are imported from there as they are; only the `run_tool` fixture differs:
-here it runs each toolkit on a warm sandbox of a `WarmPool` (toolhub.sandbox.warm) that lives
+here it runs each toolkit on a warm sandbox of a `WarmPool` (toolhub.sandbox.warm_pool) that lives
 for the whole module, so most calls land on a sandbox that served another hostile toolkit just
 before. Left out, and why:
 
@@ -52,7 +52,7 @@ from tests.test_sandbox import (  # noqa: E402,F401 - collected here with this m
 )
 from toolhub.sandbox.launcher import Limits, SandboxOutcome  # noqa: E402
 from toolhub.sandbox.uids import UidPool  # noqa: E402
-from toolhub.sandbox.warm import WarmPool  # noqa: E402
+from toolhub.sandbox.warm_pool import WarmPool  # noqa: E402
 
 pytestmark = pytest.mark.sandbox
 

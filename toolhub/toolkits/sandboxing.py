@@ -19,7 +19,8 @@ from toolhub.sandbox import scratch
 from toolhub.sandbox.egress import EgressPolicy
 from toolhub.sandbox.egress.endpoint import SANDBOX_SOCKET, start_endpoint
 from toolhub.sandbox.uids import UidPool
-from toolhub.sandbox.warm import MemoryBudget, WarmBudgetExceeded, WarmPool
+from toolhub.sandbox.warm_budget import MemoryBudget, WarmBudgetExceeded
+from toolhub.sandbox.warm_pool import WarmPool
 from toolhub.toolkits.models import Revision, Toolkit
 
 logger = logging.getLogger(__name__)

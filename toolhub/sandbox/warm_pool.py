@@ -1,0 +1,243 @@
+"""A worker process's warm sandboxes (``toolhub.sandbox.warm``), kept idle between calls and
+keyed by what a sandbox is fixed to for its life; see ``WarmPool``.
+
+Django-free; ``toolhub.toolkits.sandboxing`` makes one pool per worker process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolhub.sandbox import launcher
+from toolhub.sandbox.egress.endpoint import PolicyKey, policy_key
+from toolhub.sandbox.egress.rules import EgressPolicy
+from toolhub.sandbox.limits import Limits, SandboxOutcome
+from toolhub.sandbox.uids import UidPool, UidsBusy
+from toolhub.sandbox.warm import WarmSandbox
+from toolhub.sandbox.warm_budget import DEFAULT_SANDBOX_ESTIMATE, MemoryBudget, WarmBudgetExceeded
+
+# How long a new warm sandbox waits for a free uid before it stops an idle one of its pool.
+_UID_PATIENCE = 1.0
+
+
+
+# A warm sandbox serves one environment, one runtime copy, the limits that are fixed for its
+# life (its cgroups, its tmpfs sizes, the rlimits a call can only lower) and one egress policy
+# (its proxy; None for none); CPU and wall time, output and message sizes are each call's own.
+_Key = tuple[str, str, int, int, int, int, int, PolicyKey | None]
+
+
+def _key(interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None) -> _Key:
+    return (
+        str(Path(interpreter_env).resolve()),
+        str(Path(runtime_dir).resolve()),
+        limits.memory_bytes,
+        limits.processes,
+        limits.tmp_bytes,
+        limits.open_files,
+        limits.file_size_bytes,
+        None if egress is None else policy_key(egress),
+    )
+
+
+@dataclass
+class WarmPool:
+    """Warm sandboxes of one worker process, keyed by environment, runtime copy and egress policy.
+
+    ``size`` sandboxes at most per key, idle ones stopped after ``idle_timeout`` seconds; each
+    retired after ``max_calls`` calls or ``max_age`` seconds, or at the first anomaly. With a
+    ``budget``, a sandbox that would not fit stops this pool's idle sandboxes of other keys,
+    least recently used first, to make room; ``WarmBudgetExceeded`` if that is not enough.
+
+    Every sandbox holds a uid of the host's pool for its life, and every cold run needs one
+    too: a process keeps at most ``max_idle`` idle sandboxes (of all keys), so the worker
+    processes of a host cannot hold every uid between them, and a sandbox that finds no free
+    uid stops this pool's idle one used longest ago before it waits for another process's.
+    """
+
+    size: int = 2
+    max_idle: int = 4
+    idle_timeout: float = 300.0
+    max_calls: int = 100
+    max_age: float = 600.0
+    bwrap: str = "bwrap"
+    sandbox_user: str = launcher.DEFAULT_SANDBOX_USER
+    uid_pool: UidPool | None = None
+    cgroup_root: Path | None = launcher.DEFAULT_CGROUP_ROOT
+    budget: MemoryBudget | None = None
+    # What a sandbox of a key none was measured for yet reserves.
+    estimate: int = DEFAULT_SANDBOX_ESTIMATE
+    _idle: dict[_Key, list[WarmSandbox]] = field(default_factory=dict)
+    # What a sandbox of each key measured last: the estimate the next one reserves.
+    _costs: dict[_Key, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    started: int = 0
+    _reaper: threading.Thread | None = None
+    _stopped: threading.Event = field(default_factory=threading.Event)
+
+    def run(
+        self,
+        *,
+        interpreter_env: Path,
+        runtime_dir: Path,
+        source_path: Path,
+        request: dict,
+        limits: Limits,
+        on_message: Callable[[dict], dict | None],
+        cancel: threading.Event | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> SandboxOutcome:
+        """Like ``launcher.run_sandboxed`` (no extra binds), on a warm sandbox; with ``egress``,
+        on one whose proxy applies that policy (the report is ``SandboxOutcome.egress``, and
+        ``request`` should name the socket: ``{"egress": {"socket_path": SANDBOX_SOCKET}}``)."""
+        source = Path(source_path).read_bytes()
+        key = _key(interpreter_env, runtime_dir, limits, egress)
+        sandbox = self._take(
+            key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits, egress=egress
+        )
+        try:
+            return sandbox.call(source=source, request=request, limits=limits, on_message=on_message, cancel=cancel)
+        finally:
+            self._give_back(key, sandbox)
+
+    def warm(
+        self, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None = None
+    ) -> None:
+        """Start one sandbox for this environment and egress policy ahead of need (unless one
+        is idle already)."""
+        key = _key(interpreter_env, runtime_dir, limits, egress)
+        with self._lock:
+            if self._idle.get(key):
+                return
+        sandbox = self._start(
+            key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits, egress=egress
+        )
+        self._give_back(key, sandbox)
+
+    def _take(
+        self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None
+    ) -> WarmSandbox:
+        self.reap()
+        while True:
+            with self._lock:
+                idle = self._idle.get(key, [])
+                if not idle:
+                    break
+                sandbox = idle.pop()
+            # Its last call's tail may still be finishing, and may retire it.
+            sandbox.settle()
+            if sandbox.usable():
+                return sandbox
+            sandbox.retire()
+        return self._start(key, interpreter_env=interpreter_env, runtime_dir=runtime_dir, limits=limits, egress=egress)
+
+    def _start(
+        self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None
+    ) -> WarmSandbox:
+        # While this pool has an idle sandbox that could give its uid up, a uid is waited for only
+        # briefly: long enough for one just given back (its processes may still be exiting, or
+        # awaiting their reaping by the host's init) but not for another process's.
+        uid_wait: float | None = _UID_PATIENCE
+        while True:
+            if uid_wait is not None and not self.idle():
+                uid_wait = None
+            try:
+                sandbox = WarmSandbox(
+                    interpreter_env=interpreter_env,
+                    runtime_dir=runtime_dir,
+                    limits=limits,
+                    bwrap=self.bwrap,
+                    sandbox_user=self.sandbox_user,
+                    uid_pool=self.uid_pool,
+                    uid_wait=uid_wait,
+                    egress=egress,
+                    max_calls=self.max_calls,
+                    max_age=self.max_age,
+                    cgroup_root=self.cgroup_root,
+                    budget=self.budget,
+                    estimate=self._costs.get(key, self.estimate),
+                ).start()
+            except WarmBudgetExceeded:
+                if not self._stop_least_recent():
+                    raise
+                continue
+            except UidsBusy:
+                if uid_wait is None:
+                    raise
+                if not self._stop_least_recent():
+                    uid_wait = None
+                continue
+            self.started += 1
+            self._costs[key] = sandbox.memory_bytes
+            return sandbox
+
+    def _stop_least_recent(self) -> bool:
+        """Stop the idle sandbox used longest ago (to make room in the budget, or free its
+        uid); False if none."""
+        with self._lock:
+            idle = [(sandbox.last_used, key, sandbox) for key, sandboxes in self._idle.items() for sandbox in sandboxes]
+            if not idle:
+                return False
+            _, key, sandbox = min(idle, key=lambda entry: entry[0])
+            self._idle[key].remove(sandbox)
+        sandbox.retire()
+        return True
+
+    def _give_back(self, key: _Key, sandbox: WarmSandbox) -> None:
+        if not sandbox.usable():
+            sandbox.retire()
+            return
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) >= self.size:
+                keep = False
+            else:
+                idle.append(sandbox)
+                keep = True
+            held = sum(len(sandboxes) for sandboxes in self._idle.values())
+        if not keep:
+            sandbox.retire()
+        while held > self.max_idle and self._stop_least_recent():
+            held -= 1
+
+    def start_reaper(self, interval: float = 30.0) -> None:
+        """Reap idle sandboxes every ``interval`` seconds from a daemon thread, even while no
+        call comes (the thread starts no sandbox, so none depends on it)."""
+        if self._reaper is not None:
+            return
+
+        def loop() -> None:
+            while not self._stopped.wait(interval):
+                self.reap()
+
+        self._reaper = threading.Thread(target=loop, name="warm-sandbox-reaper", daemon=True)
+        self._reaper.start()
+
+    def reap(self) -> None:
+        """Stop idle sandboxes past their idle time, age or call count."""
+        now = time.monotonic()
+        with self._lock:
+            for key, idle in list(self._idle.items()):
+                keep = []
+                for sandbox in idle:
+                    if sandbox.usable() and now - sandbox.last_used < self.idle_timeout:
+                        keep.append(sandbox)
+                    else:
+                        sandbox.retire()
+                self._idle[key] = keep
+
+    def idle(self) -> list[WarmSandbox]:
+        with self._lock:
+            return [sandbox for idle in self._idle.values() for sandbox in idle]
+
+    def close(self) -> None:
+        self._stopped.set()
+        with self._lock:
+            for idle in self._idle.values():
+                for sandbox in idle:
+                    sandbox.retire()
+            self._idle.clear()
