@@ -110,6 +110,13 @@ def test_a_tool_call_reads_one_query_and_no_source_for_the_plain_cases(secret, a
         assert '"source"' not in captured.captured_queries[0]["sql"]
 
 
+def test_a_tool_call_finds_a_toolkit_without_a_current_revision_too(secret, alice):
+    # The revision is LEFT JOINed: a toolkit without one is found, and the call answers 409.
+    type(secret).objects.filter(pk=secret.pk).update(current_revision=None)
+    found = access.toolkit_to_call(alice, "secret_lab")
+    assert found == secret and found.current_revision is None
+
+
 def test_unknown_names_are_refused_and_nothing_changes(secret, alice):
     with pytest.raises(access.InvalidAccess, match="No such group: Nope"):
         access.toolkit_set_access(toolkit=secret, use=Use.GROUPS, groups=["Nope"], users=[], by=alice)
