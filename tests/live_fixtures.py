@@ -73,12 +73,14 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
-def start_gunicorn(tmp_path: Path, env: dict[str, str] | None = None, workers: int = 2) -> Server:
+def start_gunicorn(
+    tmp_path: Path, env: dict[str, str] | None = None, workers: int = 2, options: tuple[str, ...] = ()
+) -> Server:
     port = free_port()
     log = tmp_path / "gunicorn.log"
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "toolhub.wsgi", "-b", f"127.0.0.1:{port}", "-w", str(workers),
-         "--threads", "4", "--timeout", "60"],
+         "--threads", "4", "--timeout", "60", *options],
         cwd=REPO, env=dict(os.environ, **(env or {})), stdout=log.open("wb"), stderr=subprocess.STDOUT,
         start_new_session=True,
     )
