@@ -77,3 +77,31 @@ def test_an_end_is_recorded_once_with_every_field(toolkit, alice, django_assert_
     assert not queue.finish(running.pk, RunStatus.FAILED, {"error": "late", "finished_at": timezone.now()})
     running.refresh_from_db()
     assert (running.status, running.error, running.finished_at) == (RunStatus.SUCCEEDED, "", ended_at)
+
+
+def test_a_worker_that_loses_the_race_for_an_invocation_does_not_take_it_for_its_own(toolkit, alice, monkeypatch):  # noqa: F811
+    """Two workers choose the same invocation and read the clock in the same microsecond: the
+    one whose claim updated nothing must not take the other's claim for a lost answer of its own
+    (it ran the invocation a second time, and another queued one was never run)."""
+    moment = timezone.now()
+    theirs = made_invocation(toolkit, alice, status=RunStatus.RUNNING, started_at=moment, heartbeat_at=moment)
+    monkeypatch.setattr(engine.timezone, "now", lambda: moment)
+    invocation, claimed = engine._claim(str(theirs.pk))
+    assert invocation is not None and invocation.pk == theirs.pk
+    assert not claimed
+
+
+def test_a_claim_whose_answer_was_lost_is_still_ours(toolkit, alice, monkeypatch):  # noqa: F811
+    """dbretry tries a write again after a dropped connection; if the first try had committed,
+    the second finds the invocation claimed, by this worker's own timestamp."""
+    queued = made_invocation(toolkit, alice)
+    real_write = engine.dbretry.write
+
+    def write_answer_lost(fn, *, what):
+        if what.startswith("claiming"):
+            fn()  # committed, but its answer never arrived
+        return real_write(fn, what=what)
+
+    monkeypatch.setattr(engine.dbretry, "write", write_answer_lost)
+    invocation, claimed = engine._claim(str(queued.pk))
+    assert claimed and invocation is not None and invocation.status == RunStatus.RUNNING
