@@ -10,7 +10,8 @@ booleans on SQLite), so the result is what the ORM would have given.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from django.db import connection
@@ -55,3 +56,42 @@ def convert(values: Sequence[Any], fields: Converters) -> list[Any]:
             value = step(value, col, connection)
         out.append(value)
     return out
+
+
+@dataclass(frozen=True)
+class Part:
+    """One model's columns in a row read with plain SQL: the model, its table's alias in the
+    statement, the attnames read (in the model's field order, as ``Model.from_db`` takes them)
+    and their converters."""
+
+    model: type[Model]
+    alias: str
+    names: tuple[str, ...]
+    converters: Converters
+
+    @classmethod
+    def of(cls, model: type[Model], alias: str, wanted: Collection[str] | None = None) -> Part:
+        """The part of `model` with the `wanted` attnames (all of its columns by default)."""
+        names = tuple(f.attname for f in model._meta.concrete_fields if wanted is None or f.attname in wanted)
+        return cls(model, alias, names, converters(model, alias, names))
+
+    def select(self) -> str:
+        """This part's columns for a SELECT list."""
+        return ", ".join(f"{self.alias}.{column(self.model, name)}" for name in self.names)
+
+
+def instances(row: Sequence[Any], parts: Sequence[Part]) -> list[Any]:
+    """Each part of `row` (read with the parts' `select()`s, in order) as a model instance whose
+    other fields are read on use; None for a part whose primary key is NULL (the side of a LEFT
+    JOIN that found nothing)."""
+    found: list[Any] = []
+    position = 0
+    for part in parts:
+        values = convert(row[position : position + len(part.names)], part.converters)
+        position += len(part.names)
+        pk = part.model._meta.pk.attname
+        if pk in part.names and values[part.names.index(pk)] is None:
+            found.append(None)
+        else:
+            found.append(part.model.from_db(connection.alias, part.names, values))
+    return found

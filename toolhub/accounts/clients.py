@@ -141,37 +141,33 @@ def resolve_caller(*, token: str, headers) -> Caller:
 
 
 @cache
-def _with_user_read(vendor: str, model: type[Model], user_field: str) -> tuple[str, list[str], plainsql.Converters, list[str], plainsql.Converters]:
+def _with_user_read(vendor: str, model: type[Model], user_field: str) -> tuple[str, tuple[plainsql.Part, ...]]:
     """The statement _with_user reads a credential and its user with (toolhub.plainsql: every
     call authenticates, and the ORM's select_related cost more in compiling than the read), and
-    the converters of each part."""
+    its parts."""
     users = get_user_model()
-    own = [f.attname for f in model._meta.concrete_fields]
-    theirs = [f.attname for f in users._meta.concrete_fields]
-    select = ", ".join([f"c.{plainsql.column(model, n)}" for n in own] + [f"u.{plainsql.column(users, n)}" for n in theirs])
+    parts = (plainsql.Part.of(model, "c"), plainsql.Part.of(users, "u"))
     sql = (
-        f"SELECT {select} FROM {plainsql.table(model)} c JOIN {plainsql.table(users)} u"
+        f"SELECT {', '.join(part.select() for part in parts)} FROM {plainsql.table(model)} c JOIN {plainsql.table(users)} u"
         f" ON u.{plainsql.column(users, users._meta.pk.attname)} = c.{plainsql.column(model, user_field)}"
         f" WHERE c.{plainsql.column(model, 'digest')} = %s"
     )
     if model is ApiToken:
         # ApiToken.objects.active(): a revoked token is as good as unknown.
         sql += f" AND c.{plainsql.column(model, 'revoked_at')} IS NULL"
-    return sql, own, plainsql.converters(model, "c", own), theirs, plainsql.converters(users, "u", theirs)
+    return sql, parts
 
 
 def _with_user(model: type[M], user_field: str, digest: str) -> M | None:
     """The credential of `model` with this digest and its user (`user_field`) attached, in one
     query; None when there is none."""
-    sql, own, own_fields, theirs, their_fields = _with_user_read(connection.vendor, model, user_field)
+    sql, parts = _with_user_read(connection.vendor, model, user_field)
     with connection.cursor() as cursor:
         cursor.execute(sql, [digest])
         row = cursor.fetchone()
     if row is None:
         return None
-    split = len(own)
-    credential = model.from_db(connection.alias, own, plainsql.convert(row[:split], own_fields))
-    user = get_user_model().from_db(connection.alias, theirs, plainsql.convert(row[split:], their_fields))
+    credential, user = plainsql.instances(row, parts)
     setattr(credential, user_field, user)
     return credential
 

@@ -21,7 +21,7 @@ from toolhub import dbretry
 from toolhub.heartbeat import Beat
 from toolhub.packages import envbuild as envlib
 from toolhub.runs import notify, queue
-from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus
+from toolhub.runs.models import BUSY, FINISHED, Event, Invocation, RunStatus
 from toolhub.runs.selectors import parse_invocation_id
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox.limits import StopRun
@@ -43,8 +43,6 @@ RESEND_BATCH = 1000
 # Host time (event writes, heartbeats) credited to a run beyond its answer budget.
 HOST_SLACK_SECONDS = 10.0
 WORKER_STOPPED = "The worker running this invocation stopped before it finished."
-# The states in which an invocation holds a worker.
-BUSY = (RunStatus.RUNNING, RunStatus.AWAITING_INPUT)
 # Events are written in batches of at most this many, at the latest this long after the first
 # of a batch arrived (the run page polls every 500 ms).
 EVENT_BATCH = 200

@@ -31,6 +31,8 @@ class Surface(models.TextChoices):
 
 
 FINISHED = {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT}
+# The states in which an invocation holds a worker.
+BUSY = (RunStatus.RUNNING, RunStatus.AWAITING_INPUT)
 
 
 class Invocation(models.Model):

@@ -14,7 +14,6 @@ they run unchanged on PostgreSQL and SQLite.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any, cast
@@ -23,14 +22,19 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Model
 
-from toolhub.plainsql import Converters, column, convert, converters, field, param, table
-from toolhub.runs.models import Invocation, RunStatus, Surface
+from toolhub.plainsql import Part, column, field, instances, param, table
+from toolhub.runs.models import BUSY, FINISHED, Invocation, RunStatus, Surface
 from toolhub.toolkits.models import Revision, Toolkit
 
 # Columns of a revision a run does not read, and which may be large (the source is up to 512
 # KiB and reaches the sandbox from a file named by its hash; a build log can be longer): left
 # out of the load, they are read from the database only if something asks for them.
 LEFT_OUT: dict[type[Model], frozenset[str]] = {Revision: frozenset({"source", "build_log", "traceback", "description"})}
+
+
+def _marks(values) -> str:
+    """One placeholder per value."""
+    return ", ".join(["%s"] * len(values))
 
 
 @cache
@@ -46,7 +50,7 @@ def _fairest_sql(vendor: str) -> str:
             WHERE {status} = %s AND {surface} <> %s GROUP BY {user}
         ), turns AS (
             SELECT w.user_id, w.first_at,
-                (SELECT COUNT(*) FROM {inv} b WHERE b.{user} = w.user_id AND b.{status} IN (%s, %s)) AS busy,
+                (SELECT COUNT(*) FROM {inv} b WHERE b.{user} = w.user_id AND b.{status} IN ({_marks(BUSY)})) AS busy,
                 (SELECT MAX(s.{started}) FROM {inv} s WHERE s.{user} = w.user_id) AS last_at
             FROM waiting w
         ), chosen AS (
@@ -65,7 +69,7 @@ def fairest_queued():
     invocations running, then of the user served longest ago (never served first), their
     oldest. An agent run's tool calls are run by the agent's own worker, not from the queue."""
     queued, agent = RunStatus.QUEUED.value, Surface.AGENT.value
-    params = [queued, agent, RunStatus.RUNNING.value, RunStatus.AWAITING_INPUT.value, queued, agent]
+    params = [queued, agent, *(status.value for status in BUSY), queued, agent]
     with connection.cursor() as cursor:
         cursor.execute(_fairest_sql(connection.vendor), params)
         row = cursor.fetchone()
@@ -79,7 +83,7 @@ def _abandoned_sql(vendor: str) -> str:
     c = {n: column(Invocation, n) for n in ("id", "status", "finished_at", "pending_call", "error", "heartbeat_at")}
     return (
         f"UPDATE {table(Invocation)} SET {c['status']} = %s, {c['finished_at']} = %s, {c['pending_call']} = NULL, "
-        f"{c['error']} = %s WHERE {c['id']} = %s AND {c['status']} IN (%s, %s) "
+        f"{c['error']} = %s WHERE {c['id']} = %s AND {c['status']} IN ({_marks(BUSY)}) "
         f"AND ({c['heartbeat_at']} IS NULL OR {c['heartbeat_at']} < %s)"
     )
 
@@ -89,41 +93,29 @@ def end_if_abandoned(pk, *, now: datetime, silent_since: datetime, error: str) -
     since `silent_since`; whether it was."""
     params = [
         RunStatus.FAILED.value, param(Invocation, "finished_at", now), error, param(Invocation, "id", pk),
-        RunStatus.RUNNING.value, RunStatus.AWAITING_INPUT.value, param(Invocation, "heartbeat_at", silent_since),
+        *(status.value for status in BUSY), param(Invocation, "heartbeat_at", silent_since),
     ]
     with connection.cursor() as cursor:
         cursor.execute(_abandoned_sql(connection.vendor), params)
         return cursor.rowcount > 0
 
 
-@dataclass(frozen=True)
-class _Part:
-    model: type[Model]
-    alias: str
-    # The loaded fields' attnames, in the model's order, and how to convert each one's value.
-    attnames: tuple[str, ...]
-    converters: Converters
-
-
 @cache
-def _load_statement(vendor: str) -> tuple[str, tuple[_Part, ...]]:
-    """SELECT of an invocation joined with its revision, toolkit and user, and how to turn each
-    part of the row back into a model instance (the same converters the ORM applies)."""
+def _load_statement(vendor: str) -> tuple[str, tuple[Part, ...]]:
+    """SELECT of an invocation joined with its revision, toolkit and user, and its parts."""
     user_model = get_user_model()
-    parts = []
-    models: tuple[tuple[type[Model], str], ...] = ((Invocation, "i"), (Revision, "r"), (Toolkit, "t"), (user_model, "u"))
-    for model, alias in models:
-        names = tuple(f.attname for f in model._meta.concrete_fields if f.attname not in LEFT_OUT.get(model, ()))
-        parts.append(_Part(model, alias, names, converters(model, alias, names)))
-    select = ", ".join(f"{part.alias}.{column(part.model, name)}" for part in parts for name in part.attnames)
+    parts = tuple(
+        Part.of(model, alias, {f.attname for f in model._meta.concrete_fields} - LEFT_OUT.get(model, frozenset()))
+        for model, alias in ((Invocation, "i"), (Revision, "r"), (Toolkit, "t"), (user_model, "u"))
+    )
     sql = (
-        f"SELECT {select} FROM {table(Invocation)} i "
+        f"SELECT {', '.join(part.select() for part in parts)} FROM {table(Invocation)} i "
         f"JOIN {table(Revision)} r ON r.{column(Revision, 'id')} = i.{column(Invocation, 'revision')} "
         f"JOIN {table(Toolkit)} t ON t.{column(Toolkit, 'id')} = i.{column(Invocation, 'toolkit')} "
         f"JOIN {table(user_model)} u ON u.{column(user_model, user_model._meta.pk.name)} = i.{column(Invocation, 'user')} "
         f"WHERE i.{column(Invocation, 'id')} = %s"
     )
-    return sql, tuple(parts)
+    return sql, parts
 
 
 def load_for_run(pk) -> Invocation | None:
@@ -135,13 +127,7 @@ def load_for_run(pk) -> Invocation | None:
         row = cursor.fetchone()
     if row is None:
         return None
-    instances = []
-    position = 0
-    for part in parts:
-        values = convert(row[position : position + len(part.attnames)], part.converters)
-        position += len(part.attnames)
-        instances.append(part.model.from_db(connection.alias, part.attnames, values))
-    invocation, revision, toolkit, user = cast(tuple[Invocation, Revision, Toolkit, Any], tuple(instances))
+    invocation, revision, toolkit, user = cast(tuple[Invocation, Revision, Toolkit, Any], tuple(instances(row, parts)))
     invocation.revision, invocation.toolkit, invocation.user = revision, toolkit, user
     revision.toolkit = toolkit
     return invocation
@@ -153,7 +139,7 @@ def _finish_sql(vendor: str, names: tuple[str, ...]) -> str:
     status, pk, pending = (column(Invocation, n) for n in ("status", "id", "pending_call"))
     return (
         f"UPDATE {table(Invocation)} SET {status} = %s, {pending} = NULL, {assignments} "
-        f"WHERE {pk} = %s AND {status} NOT IN (%s, %s, %s)"
+        f"WHERE {pk} = %s AND {status} NOT IN ({_marks(FINISHED)})"
     )
 
 
@@ -165,7 +151,7 @@ def finish(pk, status: str, fields: dict[str, Any]) -> bool:
         status,
         *(field(Invocation, name).get_db_prep_save(fields[name], connection) for name in names),
         param(Invocation, "id", pk),
-        RunStatus.SUCCEEDED.value, RunStatus.FAILED.value, RunStatus.TIMED_OUT.value,
+        *sorted(status.value for status in FINISHED),
     ]
     with connection.cursor() as cursor:
         cursor.execute(_finish_sql(connection.vendor, names), params)

@@ -55,44 +55,36 @@ def toolkit_usable_by(user, slug: str) -> Toolkit | None:
 # What calling a tool reads of a toolkit and its current revision (runs.services.invocation_create
 # and the answer). A revision's row also holds its source, lock, build log and traceback, up to
 # megabytes that every call would read and decode for nothing; any other field is read on use.
-# In each model's own field order, as Model.from_db takes them.
-_CALL_FIELDS: dict[type[Model], tuple[str, ...]] = {
-    model: tuple(f.attname for f in model._meta.concrete_fields if f.attname in wanted)
-    for model, wanted in (
-        (Toolkit, {"id", "slug", "owner_id", "use", "current_revision_id"}),
-        (Revision, {"id", "number", "status", "status_detail", "tools"}),
-    )
+_CALL_FIELDS: dict[type[Model], set[str]] = {
+    Toolkit: {"id", "slug", "owner_id", "use", "current_revision_id"},
+    Revision: {"id", "number", "status", "status_detail", "tools"},
 }
 
 
 @cache
-def _call_read(vendor: str) -> tuple[str, dict[type[Model], plainsql.Converters]]:
+def _call_read(vendor: str) -> tuple[str, tuple[plainsql.Part, ...]]:
     """The toolkit_to_call statement (toolhub.plainsql: the ORM's select_related with only()
-    cost about 1 ms of compiling on every call) and each part's converters."""
+    cost about 1 ms of compiling on every call) and its parts."""
+    parts = (plainsql.Part.of(Toolkit, "t", _CALL_FIELDS[Toolkit]), plainsql.Part.of(Revision, "r", _CALL_FIELDS[Revision]))
     t, r = plainsql.table(Toolkit), plainsql.table(Revision)
-    select = ", ".join(
-        f"{alias}.{plainsql.column(model, name)}" for model, alias in ((Toolkit, "t"), (Revision, "r")) for name in _CALL_FIELDS[model]
-    )
     sql = (
-        f"SELECT {select} FROM {t} t LEFT JOIN {r} r ON r.{plainsql.column(Revision, 'id')} = t.{plainsql.column(Toolkit, 'current_revision')} "
+        f"SELECT {', '.join(part.select() for part in parts)} FROM {t} t "
+        f"LEFT JOIN {r} r ON r.{plainsql.column(Revision, 'id')} = t.{plainsql.column(Toolkit, 'current_revision')} "
         f"WHERE t.{plainsql.column(Toolkit, 'slug')} = %s"
     )
-    return sql, {model: plainsql.converters(model, alias, names) for (model, names), alias in zip(_CALL_FIELDS.items(), "tr", strict=True)}
+    return sql, parts
 
 
 def _toolkit_row(slug: str) -> Toolkit | None:
     """The toolkit with this slug and its current revision, with only the _CALL_FIELDS read."""
-    sql, fields = _call_read(connection.vendor)
+    sql, parts = _call_read(connection.vendor)
     with connection.cursor() as cursor:
         cursor.execute(sql, [slug])
         row = cursor.fetchone()
     if row is None:
         return None
-    split = len(_CALL_FIELDS[Toolkit])
-    toolkit = Toolkit.from_db(connection.alias, _CALL_FIELDS[Toolkit], plainsql.convert(row[:split], fields[Toolkit]))
-    revision_values = plainsql.convert(row[split:], fields[Revision])
-    # No current revision: the LEFT JOIN's side is all NULL (its id first).
-    revision = Revision.from_db(connection.alias, _CALL_FIELDS[Revision], revision_values) if revision_values[0] is not None else None
+    # No current revision: the LEFT JOIN's side is all NULL, and instances() gives None for it.
+    toolkit, revision = plainsql.instances(row, parts)
     toolkit.current_revision = revision
     return toolkit
 
