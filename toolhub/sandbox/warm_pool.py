@@ -193,16 +193,13 @@ class WarmPool:
             return
         with self._lock:
             idle = self._idle.setdefault(key, [])
-            if len(idle) >= self.size:
-                keep = False
-            else:
+            kept = len(idle) < self.size
+            if kept:
                 idle.append(sandbox)
-                keep = True
-            held = sum(len(sandboxes) for sandboxes in self._idle.values())
-        if not keep:
+        if not kept:
             sandbox.retire()
-        while held > self.max_idle and self._stop_least_recent():
-            held -= 1
+        while len(self.idle()) > self.max_idle and self._stop_least_recent():
+            pass
 
     def start_reaper(self, interval: float = 30.0) -> None:
         """Reap idle sandboxes every ``interval`` seconds from a daemon thread, even while no
