@@ -105,3 +105,106 @@ def test_a_claim_whose_answer_was_lost_is_still_ours(toolkit, alice, monkeypatch
     monkeypatch.setattr(engine.dbretry, "write", write_answer_lost)
     invocation, claimed = engine._claim(str(queued.pk))
     assert claimed and invocation is not None and invocation.status == RunStatus.RUNNING
+
+
+def test_the_next_invocation_is_taken_in_one_statement_on_postgresql(toolkit, alice, bob, django_assert_num_queries):  # noqa: F811
+    """take_next: the message's own invocation checked for an abandoned run, the fairest queued
+    one chosen, claimed and loaded, in one statement on PostgreSQL (four on SQLite)."""
+    from django.db import connection
+
+    made_invocation(toolkit, alice, status=RunStatus.RUNNING, started_at=timezone.now())
+    mine = made_invocation(toolkit, alice, created_at=timezone.now() - timedelta(seconds=30))
+    theirs = made_invocation(toolkit, bob, created_at=timezone.now() - timedelta(seconds=1), messages=[{"role": "user", "content": "ç"}])
+    now = timezone.now()
+    with django_assert_num_queries(1 if connection.vendor == "postgresql" else 4):
+        taken = queue.take_next(mine.pk, now=now, silent_since=now - timedelta(seconds=60), error="gone")
+    assert (taken.abandoned, taken.chosen) == (False, theirs.pk)
+    expected = Invocation.objects.select_related("revision", "toolkit", "user").get(pk=theirs.pk)
+    assert (expected.status, expected.started_at, expected.heartbeat_at) == (RunStatus.RUNNING, now, now)
+    loaded = taken.invocation
+    assert loaded is not None
+    assert _fields(loaded) == _fields(expected)
+    assert _fields(loaded.toolkit) == _fields(expected.toolkit) and _fields(loaded.user) == _fields(expected.user)
+    assert loaded.revision.pk == expected.revision.pk and loaded.revision.toolkit is loaded.toolkit
+    assert Invocation.objects.get(pk=mine.pk).status == RunStatus.QUEUED
+
+
+@pytest.mark.parametrize("beat_ago", [None, 1])
+def test_taking_the_next_ends_the_message_s_own_run_only_if_it_is_silent(toolkit, alice, beat_ago):  # noqa: F811
+    beat = None if beat_ago is None else timezone.now() - timedelta(seconds=beat_ago)
+    running = made_invocation(toolkit, alice, status=RunStatus.RUNNING, heartbeat_at=beat, pending_call={"type": "input"})
+    queued = made_invocation(toolkit, alice)
+    now = timezone.now()
+    taken = queue.take_next(running.pk, now=now, silent_since=now - timedelta(seconds=10), error="gone")
+    running.refresh_from_db()
+    assert taken.abandoned is (beat_ago is None)
+    assert running.status == (RunStatus.FAILED if beat_ago is None else RunStatus.RUNNING)
+    assert running.error == ("gone" if beat_ago is None else "")
+    # In the same statement the queued one is still chosen and claimed.
+    assert taken.chosen == queued.pk and taken.invocation is not None and taken.invocation.pk == queued.pk
+
+
+def test_taking_from_an_empty_queue_claims_nothing(toolkit, alice):  # noqa: F811
+    made_invocation(toolkit, alice, status=RunStatus.RUNNING, heartbeat_at=timezone.now())
+    now = timezone.now()
+    assert queue.take_next(None, now=now, silent_since=now, error="gone") == queue.Taken(False, None, None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_loses_the_race_for_its_choice_claims_nothing(toolkit, alice, monkeypatch):  # noqa: F811
+    """Two workers choose the same invocation: the one whose claim comes second finds it taken
+    (on PostgreSQL its UPDATE waits for the first one's row lock, then re-checks the status)."""
+    from django.db import connection
+
+    queued = made_invocation(toolkit, alice)
+    now = timezone.now()
+    if connection.vendor != "postgresql":
+        # SQLite's take_next is four statements: the claim after the choice finds it taken.
+        Invocation.objects.filter(pk=queued.pk).update(status=RunStatus.RUNNING, started_at=now)
+        monkeypatch.setattr(queue, "fairest_queued", lambda: queued.pk)
+        taken = queue.take_next(None, now=now, silent_since=now, error="gone")
+        assert taken == queue.Taken(False, queued.pk, None)
+        return
+    import threading
+
+    import psycopg
+
+    other = psycopg.connect(**{k: v for k, v in connection.get_connection_params().items() if k != "cursor_factory"})
+    try:
+        # The other worker's claim, not committed yet: this worker's statement chooses the same
+        # invocation (its snapshot still has it queued) and waits for the row.
+        other.execute(
+            f"UPDATE {queue.table(Invocation)} SET status = %s WHERE id = %s", [RunStatus.RUNNING.value, queued.pk]
+        )
+        threading.Timer(0.3, other.commit).start()
+        taken = queue.take_next(None, now=now, silent_since=now, error="gone")
+    finally:
+        other.close()
+    assert taken == queue.Taken(False, queued.pk, None)
+    assert Invocation.objects.get(pk=queued.pk).started_at is None
+
+
+def test_a_take_whose_answer_was_lost_is_still_ours_and_a_lost_race_is_not(toolkit, alice, monkeypatch):  # noqa: F811
+    """dbretry tries again after a dropped connection: if the first try had claimed one, that
+    one is this worker's; an invocation another worker claimed at the same microsecond is not
+    taken for it, except when dbretry retried."""
+    queued = made_invocation(toolkit, alice)
+    other = made_invocation(toolkit, alice)
+    real_write = engine.dbretry.write
+
+    def write_answer_lost(fn, *, what, **kwargs):
+        if what.startswith("taking"):
+            fn()  # committed, but its answer never arrived
+        return real_write(fn, what=what, **kwargs)
+
+    monkeypatch.setattr(engine.dbretry, "write", write_answer_lost)
+    taken = engine._take(None)
+    assert taken.invocation is not None and taken.invocation.pk == queued.pk
+    assert Invocation.objects.get(pk=other.pk).status == RunStatus.QUEUED
+    monkeypatch.setattr(engine.dbretry, "write", real_write)
+    # Without a retry the same timestamp means nothing: the next take claims the other one.
+    moment = timezone.now()
+    Invocation.objects.filter(pk=queued.pk).update(started_at=moment, heartbeat_at=moment)
+    monkeypatch.setattr(engine.timezone, "now", lambda: moment)
+    taken = engine._take(None)
+    assert taken.invocation is not None and taken.invocation.pk == other.pk

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from typing import cast
 
 from django.conf import settings
 from django.db.models import F
@@ -250,14 +251,43 @@ def run_next(woken_by: str) -> None:
     message's own one unless another user has waited longer, so one user's flood of messages
     does not hold up everyone else's runs. Each invocation is queued with one message and each
     message runs at most one invocation, so every queued invocation is run; a message with
-    nothing left to run (its invocation was run for another's message, or cancelled) is done."""
-    _end_if_abandoned(woken_by)
-    while (candidate := dbretry.write(fairest_queued, what="choosing the next invocation")) is not None:
-        invocation, claimed = _claim(str(candidate))
-        if claimed and invocation is not None:
-            _execute(invocation)
+    nothing left to run (its invocation was run for another's message, or cancelled) is done.
+    A message delivered again after its worker died mid-run first ends that run, as the reaper
+    would (tools may have side effects, so it is never run twice); one running with a fresh
+    heartbeat is left alone."""
+    woken = parse_invocation_id(woken_by)
+    while True:
+        taken = _take(woken)
+        if taken.abandoned:
+            notify.publish(woken)
+        if taken.invocation is not None:
+            _execute(taken.invocation)
+            return
+        if taken.chosen is None:
             return
         # Another worker claimed it first: choose again.
+        woken = None
+
+
+def _take(woken) -> queue.Taken:
+    """queue.take_next, with its time and, if its answer was lost with the connection, the
+    claim it committed."""
+    now = timezone.now()
+    attempts = 0
+
+    def take() -> queue.Taken:
+        nonlocal attempts
+        attempts += 1
+        if attempts > 1 and (mine := queue.claimed_at(now)) is not None:
+            # dbretry tried again after a dropped connection, and the first try had claimed
+            # this one. Only then: two workers may read the clock in the same microsecond.
+            return queue.Taken(False, mine.pk, mine)
+        return queue.take_next(
+            woken, now=now, silent_since=now - timedelta(seconds=DEAD_AFTER_SECONDS), error=WORKER_STOPPED
+        )
+
+    # dbretry answers None only for an `already_done` error, and there is none here.
+    return cast(queue.Taken, dbretry.write(take, what="taking the next invocation", already_done=None))
 
 
 def fairest_queued():
@@ -315,24 +345,6 @@ def _claim(invocation_id: str) -> tuple[Invocation | None, bool]:
         # never run: 3 of 1,000 in bench/load.py).
         claimed = 1
     return invocation, bool(claimed)
-
-
-def _end_if_abandoned(invocation_id: str) -> None:
-    """A message delivered again after its worker died mid-run: its invocation, if it is still
-    running without a recent heartbeat, is failed now, as the reaper would (tools may have side
-    effects, so it is never run twice). One running with a fresh heartbeat is left alone."""
-    pk = parse_invocation_id(invocation_id)
-    if pk is None:
-        return
-    now = timezone.now()
-    ended = dbretry.write(
-        lambda: queue.end_if_abandoned(
-            pk, now=now, silent_since=now - timedelta(seconds=DEAD_AFTER_SECONDS), error=WORKER_STOPPED
-        ),
-        what=f"ending abandoned invocation {pk}",
-    )
-    if ended:
-        notify.publish(pk)
 
 
 def _abandoned(qs, now):
