@@ -82,11 +82,14 @@ class Tools:
         :param text: some text
         \"\"\"
         return text * count
+
+    def detailed(self, text: str = Field(default="x", description="some text")) -> str:
+        return text
 """
 
 
 def _preload() -> None:
-    for name in ("channel", "events", "specs", "loader", "invoke", "egress_forwarder", "runner"):
+    for name in ("channel", "events", "specs", "argcheck", "loader", "invoke", "egress_forwarder", "runner"):
         importlib.import_module(f"{PACKAGE}.{name}")
     import pydantic  # noqa: F401
 
@@ -100,8 +103,12 @@ def _preload() -> None:
         loader.introspect(path)
         toolkit = loader.load(path)
         instance = toolkit.cls()
-        function = specs.tool_functions(instance)["sample"]
-        invoke.validate_arguments(function, {"text": "x", "count": 2, "flags": ["a"]})
+        tools = specs.tool_functions(instance)
+        # A tool with a `Field` default is checked with its pydantic model (invoke.py) ...
+        invoke.validate_arguments(tools["detailed"], {"text": "y"})
+        # ... and one of simple types with the schemas made once here (argcheck).
+        sys.modules[f"{PACKAGE}.argcheck"].prepare()
+        invoke.validate_arguments(tools["sample"], {"text": "x", "count": 2, "flags": ["a"]})
     finally:
         os.unlink(path)
         sys.modules.pop(loader.MODULE_NAME, None)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from . import loader, specs
+from . import argcheck, loader, specs
 from .channel import Channel
 from .events import EventCaller, EventEmitter, jsonable
 
@@ -76,11 +77,13 @@ def _build_valves(model: type[BaseModel], stored: Any, what: str) -> BaseModel:
 
 
 def validate_arguments(function: Callable[..., Any], arguments: dict[str, Any]) -> dict[str, Any]:
-    """Check and coerce the caller's arguments against the tool's type hints."""
-    model, names = specs.arguments_model(function)
+    """Check and coerce the caller's arguments against the tool's type hints: with the
+    pydantic model of its signature (specs.arguments_model), or, in a warm sandbox for a tool
+    of simple parameter types, the same check without the model (argcheck)."""
+    callable_ = specs.call_parameters(function)
     parameters = inspect.signature(function).parameters
     takes_kwargs = any(param.kind is param.VAR_KEYWORD for param in parameters.values())
-    known = set(names.values())
+    known = {param.name for _index, param, _hint in callable_}
     # Names with a leading underscore are injected by the runtime, never by the caller.
     unexpected = [name for name in arguments if name not in known and (name.startswith("_") or not takes_kwargs)]
     if unexpected:
@@ -91,11 +94,18 @@ def validate_arguments(function: Callable[..., Any], arguments: dict[str, Any]) 
         for name, value in arguments.items()
         if name in known and not (value is None and parameters[name].default is None)
     }
+    simple = argcheck.validator([(param, hint) for _index, param, hint in callable_])
     try:
-        validated = model.model_validate(given)
+        if simple is not None:
+            validator, defaults = simple
+            kwargs = {name: copy.deepcopy(value) for name, value in defaults.items()}
+            kwargs.update(validator.validate_python(given))
+        else:
+            model, names = specs.arguments_model(function)
+            validated = model.model_validate(given)
+            kwargs = {name: getattr(validated, field) for field, name in names.items()}
     except ValidationError as exc:
         raise InvalidArguments(_describe(exc, with_input=True)) from exc
-    kwargs = {name: getattr(validated, field) for field, name in names.items()}
     kwargs.update({name: value for name, value in arguments.items() if name not in known})
     return kwargs
 

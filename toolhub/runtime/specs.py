@@ -96,6 +96,23 @@ def parameters_schema(function: Callable[..., Any]) -> dict[str, Any]:
 _TYPED_BY_DEFAULT = (bool, int, float, str)
 
 
+def call_parameters(function: Callable[..., Any]) -> list[tuple[int, inspect.Parameter, Any]]:
+    """The parameters a caller may pass, with their position in the signature and type hint
+    (`Any` when unannotated, or the type of a `str`, `int`, `float` or `bool` default). Those
+    with a leading underscore are left out: dunder names are injected by the runtime, and
+    pydantic ignores the others in Open WebUI."""
+    hints = typing.get_type_hints(function, include_extras=True)
+    found = []
+    for index, (name, param) in enumerate(inspect.signature(function).parameters.items()):
+        if name.startswith("_") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        hint = hints.get(name, Any)
+        if name not in hints and type(param.default) in _TYPED_BY_DEFAULT:
+            hint = type(param.default)
+        found.append((index, param, hint))
+    return found
+
+
 def arguments_model(
     function: Callable[..., Any], *, for_schema: bool = False
 ) -> tuple[type[BaseModel], dict[str, str]]:
@@ -103,8 +120,7 @@ def arguments_model(
 
     Fields get neutral names and the parameter name as alias: pydantic refuses fields
     named like its own attributes (`model_config`), and the schema and validation errors
-    use the alias anyway. Parameters with a leading underscore are left out: dunder
-    names are injected by the runtime, and pydantic ignores the others in Open WebUI.
+    use the alias anyway. The parameters are call_parameters'.
 
     `param: T = Field(...)` with a reST `:param` line is where the schema and the
     validation part: Open WebUI wraps that `FieldInfo` as the default of a new
@@ -113,17 +129,12 @@ def arguments_model(
     `for_schema` the model says exactly that; otherwise a call still gets the inner
     `Field`'s default and checks.
     """
-    hints = typing.get_type_hints(function, include_extras=True)
     docs = param_docs(function.__doc__)
     rest_docs = rest_param_docs(function.__doc__)
     fields: dict[str, Any] = {}
     names: dict[str, str] = {}
-    for index, (name, param) in enumerate(inspect.signature(function).parameters.items()):
-        if name.startswith("_") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        hint = hints.get(name, Any)
-        if name not in hints and type(param.default) in _TYPED_BY_DEFAULT:
-            hint = type(param.default)
+    for index, param, hint in call_parameters(function):
+        name = param.name
         field: dict[str, Any] = {"alias": name}
         if name in docs:
             field["description"] = docs[name]
