@@ -112,3 +112,69 @@ def test_the_wait_limit_still_holds(invocation, settings) -> None:
     unchanged = wait_for(invocation, seconds=0.3)
     assert unchanged.status == RunStatus.RUNNING
     assert 0.3 <= time.monotonic() - started < 2
+
+
+def _end_later(invocation, delay: float, **fields) -> threading.Thread:
+    """The worker's own end of a run it claimed (engine._finish), with its notice."""
+    from django.utils import timezone
+
+    from toolhub.runs import engine
+
+    def target() -> None:
+        try:
+            time.sleep(delay)
+            claimed = Invocation.objects.get(pk=invocation.pk)
+            engine._finish(claimed, RunStatus.SUCCEEDED, events=Event.objects.filter(invocation=claimed).count(), **fields)
+        finally:
+            connections.close_all()
+
+    Invocation.objects.filter(pk=invocation.pk).update(started_at=timezone.now(), heartbeat_at=timezone.now())
+    thread = threading.Thread(target=target)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("events", [0, 2])
+def test_a_notice_that_carries_the_end_is_answered_without_reading_the_row_again(invocation, settings, events) -> None:
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    for seq in range(1, events + 1):
+        Event.objects.create(invocation=invocation, seq=seq, type="status", data={"description": str(seq)})
+    thread = _end_later(invocation, 0.4, result={"b": [1, "ç"], "a": None}, result_type="json", cpu_ms=3, max_rss_kb=9)
+    with CaptureQueriesContext(connection) as queries:
+        answer = invocation_out(wait_for(invocation, seconds=10), with_events=True)
+    thread.join()
+    # The read before the wait, and the events if the run stored any; none after the notice.
+    assert len(queries) == (2 if events else 1), [query["sql"] for query in queries]
+    assert answer == invocation_out(Invocation.objects.get(pk=invocation.pk), with_events=True)
+    assert list(answer["result"]) == ["b", "a"] and answer["status"] == "succeeded"
+
+
+@pytest.mark.parametrize(
+    "state", [{"id": "someone else's"}, {"status": "running"}, {"finished_at": "not a time"}, {"unexpected": 1}]
+)
+def test_a_notice_with_another_state_is_read_from_the_database(invocation, settings, state) -> None:
+    from django.utils import timezone
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    invocation.started_at = timezone.now()
+    ended = notify.ended_state(
+        invocation, RunStatus.SUCCEEDED, {"result": "forged", "finished_at": timezone.now()}, has_events=False
+    )
+
+    def target() -> None:
+        try:
+            time.sleep(0.3)
+            Invocation.objects.filter(pk=invocation.pk).update(status=RunStatus.SUCCEEDED, result="done")
+            notify.publish(invocation.pk, {**ended, **state})
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    with CaptureQueriesContext(connection) as queries:
+        finished = wait_for(invocation, seconds=10)
+    thread.join()
+    assert (finished.status, finished.result) == (RunStatus.SUCCEEDED, "done")
+    assert len(queries) == 2, [query["sql"] for query in queries]

@@ -402,26 +402,32 @@ def _execute(invocation: Invocation) -> None:
         _finish(invocation, RunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
         return
     del request
+
+    def end(status: str, **fields) -> None:
+        # The waiter is told the end itself, but not an egress report's (a jsonb column, whose
+        # key order its read would give).
+        _finish(invocation, status, events=None if outcome.egress is not None else recorder.seq, **fields)
+
     final = scrub(outcome.final or {})
     outcome.stderr_tail = scrub(outcome.stderr_tail)
     usage = {"cpu_ms": outcome.cpu_ms, "max_rss_kb": outcome.max_rss_kb}
     if outcome.status == "timed_out":
-        _finish(invocation, RunStatus.TIMED_OUT, error=f"The tool ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s and was stopped.", limit=outcome.limit or "wall_time", **usage)
+        end(RunStatus.TIMED_OUT, error=f"The tool ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s and was stopped.", limit=outcome.limit or "wall_time", **usage)
     elif outcome.status == "limit_exceeded" and outcome.limit in ("events", "event_bytes"):
         what = (
             f"more than {settings.TOOLHUB_MAX_EVENTS} events" if outcome.limit == "events"
             else f"more than {settings.TOOLHUB_MAX_EVENT_BYTES} bytes of events"
         )
-        _finish(invocation, RunStatus.FAILED, error=f"The tool sent {what} and was stopped.", limit=outcome.limit, **usage)
+        end(RunStatus.FAILED, error=f"The tool sent {what} and was stopped.", limit=outcome.limit, **usage)
     elif outcome.status == "limit_exceeded":
         # A MemoryError or EFBIG still sends its final error line: keep its traceback.
-        _finish(invocation, RunStatus.FAILED, error=f"The tool hit a sandbox limit ({outcome.limit}) and was stopped.", limit=outcome.limit or "", traceback=final.get("traceback", ""), **usage)
+        end(RunStatus.FAILED, error=f"The tool hit a sandbox limit ({outcome.limit}) and was stopped.", limit=outcome.limit or "", traceback=final.get("traceback", ""), **usage)
     elif final.get("kind") == "result":
-        _finish(invocation, RunStatus.SUCCEEDED, result=final.get("result"), result_type=final.get("result_type", "text"), **usage)
+        end(RunStatus.SUCCEEDED, result=final.get("result"), result_type=final.get("result_type", "text"), **usage)
     elif final.get("kind") == "error":
-        _finish(invocation, RunStatus.FAILED, error=final.get("error") or "The tool failed.", traceback=final.get("traceback", ""), **usage)
+        end(RunStatus.FAILED, error=final.get("error") or "The tool failed.", traceback=final.get("traceback", ""), **usage)
     else:
-        _finish(invocation, RunStatus.FAILED, error=sandboxing.outcome_reason(outcome) or "The tool ended without a result.", traceback=outcome.stderr_tail, **usage)
+        end(RunStatus.FAILED, error=sandboxing.outcome_reason(outcome) or "The tool ended without a result.", traceback=outcome.stderr_tail, **usage)
 
 
 def _alive(invocation: Invocation) -> bool:
@@ -454,15 +460,20 @@ def _invoke_request(invocation: Invocation) -> dict:
     }
 
 
-def _finish(invocation: Invocation, status: str, **fields) -> None:
+def _finish(invocation: Invocation, status: str, *, events: int | None = None, **fields) -> None:
     """Record how the invocation ended (once: a finished one is never changed). The result
-    of a tool that ran is the one write that must not be lost to a dropped connection."""
+    of a tool that ran is the one write that must not be lost to a dropped connection.
+    `events`: how many the run stored, for a run this worker claimed; its waiter is then told
+    the end itself (notify.ended_state)."""
     fields.setdefault("finished_at", timezone.now())
-    dbretry.write(
+    recorded = dbretry.write(
         lambda: queue.finish(invocation.pk, status, fields),
         what=f"recording the end ({status}) of invocation {invocation.pk}",
     )
-    notify.publish(invocation.pk)
+    state = None
+    if recorded and events is not None:
+        state = notify.ended_state(invocation, status, fields, has_events=events > 0)
+    notify.publish(invocation.pk, state)
 
 
 def reap_stale_invocations() -> int:

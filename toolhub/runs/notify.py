@@ -3,14 +3,16 @@
 The worker publishes on the Redis channel ``toolhub:invocation:<id>`` whenever an invocation
 finishes or starts waiting for input; ``wait`` subscribes (and reads Redis's confirmation)
 *before* it first reads the row, so a change between that read and the subscription cannot be
-missed, and re-reads the row on each
-message (and at least every ``RECHECK_SECONDS``, in case a message was lost or a worker of an
-older release does not publish). Without Redis (the filesystem broker) it polls as before.
-Publishing is best-effort: a lost message costs latency, never correctness.
+missed, and re-reads the row on each message (and at least every ``RECHECK_SECONDS``, in case
+a message was lost or a worker of an older release does not publish), unless the message
+carries the ended run's state itself (``publish(..., state)``). Without Redis (the filesystem
+broker) it polls as before. Publishing is best-effort: a lost message costs latency, never
+correctness.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -18,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -35,17 +38,57 @@ def _client(url: str) -> Any:
     return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
 
 
-def publish(invocation_id: object) -> None:
+# An ended run's notice carries what its waiter answers with (ended_state), so
+# the waiter need not read the row again (~0.3 ms of the ~11 ms of a warm call end to end);
+# a larger one says only that the invocation changed.
+STATE_MAX_BYTES = 64 * 1024
+
+
+def publish(invocation_id: object, state: dict | None = None) -> None:
     if not settings.REDIS_URL:
         return
+    data = b"1"
+    if state is not None:
+        encoded = json.dumps(state, ensure_ascii=False, cls=DjangoJSONEncoder).encode()
+        if len(encoded) <= STATE_MAX_BYTES:
+            data = encoded
     try:
-        _client(settings.REDIS_URL).publish(channel(invocation_id), b"1")
+        _client(settings.REDIS_URL).publish(channel(invocation_id), data)
     except Exception:  # noqa: BLE001 - the waiter re-reads the row anyway
         logger.warning("could not publish the state of invocation %s", invocation_id, exc_info=True)
 
 
-def wait(invocation_id: object, done: Callable[[], bool], *, seconds: float) -> None:
-    """Return once ``done()`` is true or ``seconds`` have passed."""
+def ended_state(invocation: Any, status: str, fields: dict[str, Any], *, has_events: bool) -> dict:
+    """What the end of a run tells its waiter with its notice: the fields the waiter answers
+    with (runs.services.WAIT_FIELDS) of `invocation`, just claimed by this worker (so every
+    other one is still its default), ended with `status` and `fields` as queue.finish recorded
+    them, and whether it has events."""
+    started_at = invocation.started_at
+    return {
+        "id": str(invocation.pk), "status": status, "result": fields.get("result"), "error": fields.get("error", ""),
+        "limit": fields.get("limit", ""), "pending_call": None, "egress": None,
+        "started_at": started_at.isoformat() if started_at else None, "finished_at": fields["finished_at"].isoformat(),
+        "has_events": has_events,
+    }
+
+
+def _state(message: Any) -> dict | None:
+    """The state a notice carries (a JSON object), if any."""
+    if not isinstance(message, dict) or message.get("type") != "message":
+        return None
+    data = message.get("data")
+    if not isinstance(data, bytes) or not data.startswith(b"{"):
+        return None
+    try:
+        state = json.loads(data)
+    except ValueError:
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def wait(invocation_id: object, done: Callable[[dict | None], bool], *, seconds: float) -> None:
+    """Return once ``done(state)`` is true or ``seconds`` have passed: `state` is what the
+    latest notice carried (None before the first, and for a notice that carried nothing)."""
     deadline = time.monotonic() + seconds
     if settings.REDIS_URL:
         try:
@@ -59,15 +102,16 @@ def wait(invocation_id: object, done: Callable[[], bool], *, seconds: float) -> 
             logger.warning("could not subscribe to invocation %s; polling", invocation_id, exc_info=True)
         else:
             try:
-                while not done():
+                state = None
+                while not done(state):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return
-                    subscription.get_message(timeout=min(remaining, RECHECK_SECONDS))
+                    state = _state(subscription.get_message(timeout=min(remaining, RECHECK_SECONDS)))
             finally:
                 subscription.close()
             return
     delay = 0.02
-    while not done() and time.monotonic() < deadline:
+    while not done(None) and time.monotonic() < deadline:
         time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
         delay = min(delay * 1.5, 0.25)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
 
 from django.conf import settings
@@ -159,7 +159,9 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
             setattr(invocation, name, value)
         setattr(invocation, "has_events", bool(row[-1]))  # noqa: B010 - not a model field
 
-    def done() -> bool:
+    def done(state: dict | None) -> bool:
+        if state is not None and _took_state(invocation, state):
+            return True
         # A dropped connection is replaced (once per read); the caller answers 202 with the
         # id if the database stays away, never 500 for an invocation that was accepted.
         dbretry.write(read, what=f"waiting for invocation {invocation.pk}")
@@ -167,6 +169,27 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
 
     notify.wait(invocation.pk, done, seconds=settings.TOOLHUB_INVOKE_WAIT_SECONDS if seconds is None else seconds)
     return invocation
+
+
+def _took_state(invocation: Invocation, state: dict) -> bool:
+    """Take an ended run's state from its notice (notify.ended_state), if it is one for `invocation`;
+    whether it was (anything else, and the run then is read from the database)."""
+    if set(state) != {*WAIT_FIELDS, "id", "has_events"} or state["id"] != str(invocation.pk):
+        return False
+    if state["status"] not in FINISHED or state["pending_call"] is not None or state["egress"] is not None:
+        return False
+    if not all(isinstance(state[n], str) for n in ("error", "limit", "finished_at")):
+        return False
+    try:
+        started = None if state["started_at"] is None else datetime.fromisoformat(state["started_at"])
+        finished = datetime.fromisoformat(state["finished_at"])
+    except (TypeError, ValueError):
+        return False
+    for name in ("status", "result", "error", "limit", "pending_call", "egress"):
+        setattr(invocation, name, state[name])
+    invocation.started_at, invocation.finished_at = started, finished
+    setattr(invocation, "has_events", bool(state["has_events"]))  # noqa: B010 - not a model field
+    return True
 
 
 # Only the fields a run changes that the answer shows (toolhub.api.serializers.invocation_out):

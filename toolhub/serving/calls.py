@@ -114,7 +114,12 @@ def follow(
         if on_event is None and settings.REDIS_URL:
             # Nothing to relay before the end or a question: wait for the worker's notice on
             # Redis (toolhub.runs.notify) instead of polling.
-            notify.wait(invocation.pk, lambda: _needs_attention(invocation.pk), seconds=remaining)
+            # A notice that carries the end needs no query of its own: the loop reads the row.
+            notify.wait(
+                invocation.pk,
+                lambda state: (state or {}).get("status") in FINISHED or _needs_attention(invocation.pk),
+                seconds=remaining,
+            )
             continue
         time.sleep(delay)
         delay = min(delay * 1.5, 0.05)
