@@ -208,3 +208,36 @@ def test_a_take_whose_answer_was_lost_is_still_ours_and_a_lost_race_is_not(toolk
     monkeypatch.setattr(engine.timezone, "now", lambda: moment)
     taken = engine._take(None)
     assert taken.invocation is not None and taken.invocation.pk == other.pk
+
+
+def _prepared_statements() -> list[str]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_the_worker_s_statements_are_prepared_once_per_connection_on_postgresql(toolkit, alice, monkeypatch):  # noqa: F811
+    """toolhub.plainsql.cursor binds on the server, so psycopg prepares each statement on its
+    second run (settings.TOOLHUB_DB_PREPARED) and PostgreSQL no longer plans it for every call;
+    the ORM's own queries stay unprepared."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's (CI sets DATABASE_URL)")
+    for _ in range(3):
+        made = made_invocation(toolkit, alice)
+        now = timezone.now()
+        taken = queue.take_next(None, now=now, silent_since=now, error="gone")
+        assert taken.invocation is not None and taken.invocation.pk == made.pk
+        Invocation.objects.filter(pk=made.pk).update(status=RunStatus.SUCCEEDED)
+    prepared = _prepared_statements()
+    assert any(statement.startswith("WITH abandoned AS (UPDATE") for statement in prepared), prepared
+    assert not any("runs_invocation" in statement and statement.startswith("INSERT") for statement in prepared)
+    # Without the setting, the same statement runs on Django's own cursor, unprepared.
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "prepare_threshold", None)
+    before = len(prepared)
+    for _ in range(3):
+        assert queue.load_for_run("00000000-0000-0000-0000-000000000000") is None
+    assert len(_prepared_statements()) == before

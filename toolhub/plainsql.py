@@ -10,12 +10,39 @@ booleans on SQLite), so the result is what the ORM would have given.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
 from django.db import connection
 from django.db.models import Field, Model
+
+
+@contextmanager
+def cursor() -> Iterator[Any]:
+    """A cursor for these statements: on PostgreSQL with TOOLHUB_DB_PREPARED, one that binds
+    its parameters on the server, so that psycopg prepares each statement once per connection
+    (after its second run: settings' `prepare_threshold`) instead of PostgreSQL parsing and
+    planning it for every call. It is wrapped as Django wraps its own (so errors are Django's,
+    for dbretry), and the connection's other cursors are untouched. While queries are logged
+    (DEBUG, or a test that counts them) it is Django's own cursor, whose log shows each
+    statement with its parameters."""
+    prepared = connection.settings_dict.get("OPTIONS", {}).get("prepare_threshold")
+    if connection.vendor != "postgresql" or not prepared or connection.queries_logged:
+        with connection.cursor() as plain:
+            yield plain
+        return
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    # django-stubs type it with its own CursorWrapper; psycopg's own cursor class it is.
+    binding: Any = ServerBindingCursor
+    with connection.wrap_database_errors:
+        raw = binding(connection.connection)
+    with connection.make_cursor(raw) as wrapped:
+        yield wrapped
 
 
 def table(model: type[Model]) -> str:

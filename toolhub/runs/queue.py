@@ -23,6 +23,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Model
 
+from toolhub import plainsql
 from toolhub.plainsql import Part, column, field, instances, param, table
 from toolhub.runs.models import BUSY, FINISHED, Invocation, RunStatus, Surface
 from toolhub.toolkits.models import Revision, Toolkit
@@ -84,7 +85,7 @@ def fairest_queued():
     """The id of the queued invocation to run next, or None: that of the user with the fewest
     invocations running, then of the user served longest ago (never served first), their
     oldest. An agent run's tool calls are run by the agent's own worker, not from the queue."""
-    with connection.cursor() as cursor:
+    with plainsql.cursor() as cursor:
         cursor.execute(_fairest_sql(connection.vendor), _fair_params())
         row = cursor.fetchone()
     if row is None:
@@ -113,7 +114,7 @@ def end_if_abandoned(pk, *, now: datetime, silent_since: datetime, error: str) -
     """Fail the invocation `pk` if it is running (or waiting for an answer) without a heartbeat
     since `silent_since`; whether it was."""
     params = _abandoned_params(pk, now=now, silent_since=silent_since, error=error)
-    with connection.cursor() as cursor:
+    with plainsql.cursor() as cursor:
         cursor.execute(_abandoned_sql(connection.vendor), params)
         return cursor.rowcount > 0
 
@@ -160,7 +161,7 @@ def load_for_run(pk) -> Invocation | None:
     """The invocation `pk` with its revision, toolkit and user attached (one query), or None.
     The revision's large text columns (LEFT_OUT) are deferred."""
     sql, parts = _load_statement(connection.vendor)
-    with connection.cursor() as cursor:
+    with plainsql.cursor() as cursor:
         cursor.execute(sql, [param(Invocation, "id", pk)])
         row = cursor.fetchone()
     return None if row is None else _attached(row, parts)
@@ -189,7 +190,7 @@ def _claim_params(now: datetime) -> list[Any]:
 def claim(pk, *, now: datetime) -> bool:
     """Take the queued invocation `pk` for this worker, started at `now`; whether it was taken
     (not when another worker took it first, or it is not queued)."""
-    with connection.cursor() as cursor:
+    with plainsql.cursor() as cursor:
         cursor.execute(_claim_sql(connection.vendor), [*_claim_params(now), param(Invocation, "id", pk), RunStatus.QUEUED.value])
         return cursor.rowcount > 0
 
@@ -233,7 +234,7 @@ def take_next(woken_by, *, now: datetime, silent_since: datetime, error: str) ->
         *_fair_params(),
         *_claim_params(now), RunStatus.QUEUED.value,
     ]
-    with connection.cursor() as cursor:
+    with plainsql.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     ended, chosen, rest = row[0], row[1], row[2:]
@@ -246,7 +247,7 @@ def claimed_at(now: datetime) -> Invocation | None:
     there is exactly one: a claim whose answer was lost with its connection (two workers may
     read the clock in the same microsecond, so only ask this of a try that dbretry repeated)."""
     status, started, beat, pk = (column(Invocation, n) for n in ("status", "started_at", "heartbeat_at", "id"))
-    with connection.cursor() as cursor:
+    with plainsql.cursor() as cursor:
         cursor.execute(
             f"SELECT {pk} FROM {table(Invocation)} WHERE {status} = %s AND {started} = %s AND {beat} = %s LIMIT 2",
             _claim_params(now),
@@ -275,6 +276,6 @@ def finish(pk, status: str, fields: dict[str, Any]) -> bool:
         param(Invocation, "id", pk),
         *sorted(status.value for status in FINISHED),
     ]
-    with connection.cursor() as cursor:
+    with plainsql.cursor() as cursor:
         cursor.execute(_finish_sql(connection.vendor, names), params)
         return cursor.rowcount > 0

@@ -150,7 +150,7 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
     key = [plainsql.param(Invocation, "id", invocation.pk)]
 
     def read() -> None:
-        with connection.cursor() as cursor:
+        with plainsql.cursor() as cursor:
             cursor.execute(sql, key)
             row = cursor.fetchone()
         if row is None:

@@ -78,7 +78,7 @@ def _call_read(vendor: str) -> tuple[str, tuple[plainsql.Part, ...]]:
 def _toolkit_row(slug: str) -> Toolkit | None:
     """The toolkit with this slug and its current revision, with only the _CALL_FIELDS read."""
     sql, parts = _call_read(connection.vendor)
-    with connection.cursor() as cursor:
+    with plainsql.cursor() as cursor:
         cursor.execute(sql, [slug])
         row = cursor.fetchone()
     if row is None:
