@@ -126,10 +126,11 @@ def invocation_create(
     if errors:
         raise InvocationRejected(400, errors)
     check_fair_use(user)
-    invocation = Invocation.objects.create(
+    invocation = Invocation(
         toolkit=toolkit, revision=revision, tool=tool, arguments=arguments, user=user,
         messages=messages or [], files=files or [], client=client, surface=surface,
     )
+    plainsql.insert(invocation)
     try:
         broker.send(run_invocation.name, str(invocation.id))
     except (OperationalError, OSError) as exc:
