@@ -622,6 +622,20 @@ def test_a_call_answers_at_its_result_and_its_tail_ends_before_the_next_call(cal
     assert _only_sandbox(pool) is sandbox and sandbox.calls == 3 and pool.started == 1
 
 
+def test_a_quick_call_answers_before_its_process_exits_and_is_measured_whole(call, pool: WarmPool) -> None:
+    """The runtime waits for its stdin to close after its result (channel.Channel.finish), and
+    the host closes it only after answering: the answer does not wait for the process's exit
+    (the fork server's report), and the process's peak memory is read while it is whole."""
+    _result(call(ECHO, arguments={"text": "warm"}))
+    for _ in range(5):
+        outcome = call(ECHO, arguments={"text": "again"})
+        assert _result(outcome) == "again"
+        assert outcome.exit_code is None, outcome
+        assert outcome.cpu_ms is not None and outcome.max_rss_kb and outcome.max_rss_kb > 1000, outcome
+    seen = call(LOOKER)
+    assert _left(_result(seen)) == NOTHING_LEFT
+
+
 @pytest.mark.parametrize(
     "limits",
     [

@@ -11,13 +11,17 @@ import itertools
 import json
 import os
 import re
+import select
 import sys
 import threading
+import time
 import traceback
 from typing import Any, BinaryIO
 
 # A one-line error that an API caller or an LLM reads; the traceback carries the rest.
 MAX_ERROR_CHARS = 2000
+# How long a process that wrote its final line waits for the host to close its stdin.
+FINISH_WAIT_SECONDS = 1.0
 
 
 class ProtocolError(Exception):
@@ -82,7 +86,12 @@ class Channel:
             self._writer.flush()
 
     def finish(self, message: dict[str, Any]) -> None:
-        """Write the final line and end the process at once.
+        """Write the final line and end the process once the host has it.
+
+        The host closes the process's stdin as soon as it has read the final line, after it
+        has measured the process (its peak memory is in its /proc status only while it
+        lives); so the process waits for that, at most FINISH_WAIT_SECONDS. Exited at once, it
+        was mostly gone by then, and a warm call waited for the fork server's report instead.
 
         os._exit() rather than a normal exit: threads the toolkit left running would
         otherwise keep the process (and the sandbox) alive, and its atexit handlers could
@@ -96,7 +105,23 @@ class Channel:
                 stream.flush()
             except Exception:  # noqa: BLE001 - a toolkit may have replaced the stream.
                 pass
+        try:
+            self._wait_for_close(FINISH_WAIT_SECONDS)
+        except BaseException:  # noqa: BLE001 - whatever the toolkit changed, the process ends.
+            pass
         os._exit(0)
+
+    def _wait_for_close(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        if self._reader_thread is not None:
+            # It reads stdin for call results until the host closes it.
+            self._reader_thread.join(seconds)
+            return
+        fd = self._reader.fileno()
+        while (remaining := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if not readable or not os.read(fd, 65536):
+                return
 
     def start_call(self, event: dict[str, Any]) -> tuple[int, concurrent.futures.Future]:
         """Send a `call` line and return a future resolved by the matching call_result."""

@@ -386,7 +386,7 @@ class WarmSandbox:
         then the fork server's report, exactly as a call that is not answered early ends
         before it returns; any anomaly retires the sandbox."""
         try:
-            session.answer_early = False
+            session.release_stdin()
             session.cancel = None
             session.run()
         except BaseException as exc:  # noqa: BLE001 - the tail must always end the call
@@ -479,7 +479,7 @@ class WarmSandbox:
                 # The drain may have hit the output limit: the call then ends in full.
                 early = session.answered_early()
                 if not early:
-                    session.answer_early = False
+                    session.release_stdin()
                     session.run()
             duration_ms = int((time.monotonic() - started) * 1000)
             oom = groups.oom_kills() > oom_before
@@ -731,6 +731,7 @@ class _CallSession(Session):
         self.usage_files: list[int] | None = None
         self.live_usage: tuple[int | None, int] | None = None
         self.probed = False
+        self.stdin_deferred = False
 
     def answered_early(self) -> bool:
         """Whether the call may answer now: a successful result has arrived, nothing was killed,
@@ -755,6 +756,14 @@ class _CallSession(Session):
             if self.usage_files:
                 self.live_usage = _live_usage(self.usage_files)
         return self.answered_early() or super()._finished()
+
+    def release_stdin(self) -> None:
+        """End a call's early answer: from now on it ends in full, and the stdin held open at
+        its result (_close_stdin) is closed."""
+        self.answer_early = False
+        if self.stdin_deferred:
+            self.stdin_deferred = False
+            self._close_stdin()
 
     def drain_stderr(self) -> None:
         """Read what the call wrote to stderr before its result: written first, it is in the
@@ -801,6 +810,18 @@ class _CallSession(Session):
 
     def _close_stdin(self) -> None:
         if not self.stdin_open:
+            return
+        final = self.state.final
+        if self.answer_early and final is not None and final.get("kind") == "result":
+            # At its result the runtime waits for its stdin to close before it exits
+            # (channel.Channel.finish): measured now, the process is still whole, and its stdin
+            # is closed once the call has answered (release_stdin, on the tail thread), so that
+            # the process's exit does not hold up the answer.
+            if not self.probed:
+                self.probed = True
+                if self.usage_files:
+                    self.live_usage = _live_usage(self.usage_files)
+            self.stdin_deferred = True
             return
         if self.stdin_registered:
             self.selector.unregister(self.stdin_fd)
