@@ -5,6 +5,7 @@ one by the time of the last beat."""
 
 from __future__ import annotations
 
+import _thread
 import threading
 from collections.abc import Callable
 from typing import Self
@@ -24,13 +25,16 @@ class Beat:
     def __init__(self, tick: Callable[[], None], *, every: float, name: str) -> None:
         self._tick = tick
         self._every = every
+        self.name = name
         self._stopped = threading.Event()
         # Held while a tick runs.
         self._ticking = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def __enter__(self) -> Self:
-        self._thread.start()
+        # A bare thread (it ends by itself, and nothing joins it): threading.Thread.start()
+        # waits until the new thread has run, a scheduler round trip before every tool call
+        # (0.08-0.12 ms here when the machine is quiet, more when it is not).
+        _thread.start_new_thread(self._run, ())
         return self
 
     def __exit__(self, *exc_info) -> None:
