@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 def test_it_ticks_while_the_block_runs_and_never_after():
     ticks: list[float] = []
-    with Beat(lambda: ticks.append(time.monotonic()), every=0.02, name="test-beat"):
+    with Beat(lambda: ticks.append(time.monotonic()), every=0.02):
         time.sleep(0.3)
     ended = time.monotonic()
     seen = len(ticks)
@@ -34,7 +34,7 @@ def test_the_end_of_the_block_waits_for_a_tick_in_progress():
         release.wait(5)
         finished.append(time.monotonic())
 
-    beat = Beat(slow_tick, every=0.01, name="test-beat-slow")
+    beat = Beat(slow_tick, every=0.01)
     with beat:
         assert started.wait(5)
         threading.Timer(0.2, release.set).start()

@@ -22,10 +22,9 @@ class Beat:
     a join waited for the scheduler to run the thread once more, which was a sixth of a worker's
     time at a hundred short tool calls a second (py-spy)."""
 
-    def __init__(self, tick: Callable[[], None], *, every: float, name: str) -> None:
+    def __init__(self, tick: Callable[[], None], *, every: float) -> None:
         self._tick = tick
         self._every = every
-        self.name = name
         self._stopped = threading.Event()
         # Held while a tick runs.
         self._ticking = threading.Lock()

@@ -46,6 +46,18 @@ def cursor() -> Iterator[Any]:
         yield wrapped
 
 
+def one_row(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """The first row `sql` gives with `params` (on cursor()), or None."""
+    with cursor() as statement:
+        statement.execute(sql, params)
+        return statement.fetchone()
+
+
+def marks(values: Collection[Any]) -> str:
+    """One placeholder per value."""
+    return ", ".join(["%s"] * len(values))
+
+
 def table(model: type[Model]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
@@ -129,7 +141,7 @@ def instances(row: Sequence[Any], parts: Sequence[Part]) -> list[Any]:
 def _insert_sql(vendor: str, model: type[Model]) -> tuple[str, tuple[Field, ...]]:
     fields = tuple(model._meta.concrete_fields)
     columns = ", ".join(connection.ops.quote_name(cast(str, f.column)) for f in fields)
-    return f"INSERT INTO {table(model)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})", fields
+    return f"INSERT INTO {table(model)} ({columns}) VALUES ({marks(fields)})", fields
 
 
 def insert(instance: Model) -> None:

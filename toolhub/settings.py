@@ -131,15 +131,6 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 # connecting must not have one (a pool's connections and threads do not survive a fork), so
 # Celery workers drop it before they start (toolhub.celery). TOOLHUB_DB_POOL=0 turns it off.
 # A pooled connection is checked before each use, so a restarted server costs no error.
-# The few plain SQL statements every tool call makes (toolhub.plainsql.cursor) are prepared
-# once per connection on PostgreSQL: planned anew, the worker's statement that takes the next
-# invocation spent ~0.7 ms of its ~0.9 ms in PostgreSQL's parser and planner. Everything else
-# Django runs stays unprepared (client-side binding never prepares). Turn it off behind a
-# pooler that cannot keep prepared statements (PgBouncer's transaction mode before 1.21).
-TOOLHUB_DB_PREPARED = env.bool("TOOLHUB_DB_PREPARED", default=True)
-if TOOLHUB_DB_PREPARED and DATABASES["default"]["ENGINE"].endswith("postgresql"):
-    # Django turns psycopg's prepared statements off by default; prepared after a second run.
-    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 1)
 TOOLHUB_DB_POOL = env.bool("TOOLHUB_DB_POOL", default=False)
 if TOOLHUB_DB_POOL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
@@ -151,6 +142,15 @@ if TOOLHUB_DB_POOL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
         # it would without a pool (the API answers 503 or, for an accepted call, 202).
         "timeout": env.float("TOOLHUB_DB_POOL_TIMEOUT", default=3.0),
     }
+# The few plain SQL statements every tool call makes (toolhub.plainsql.cursor) are prepared
+# once per connection on PostgreSQL: planned anew, the worker's statement that takes the next
+# invocation spent ~0.7 ms of its ~0.9 ms in PostgreSQL's parser and planner. Everything else
+# Django runs stays unprepared (client-side binding never prepares). Turn it off behind a
+# pooler that cannot keep prepared statements (PgBouncer's transaction mode before 1.21).
+TOOLHUB_DB_PREPARED = env.bool("TOOLHUB_DB_PREPARED", default=True)
+if TOOLHUB_DB_PREPARED and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # Django turns psycopg's prepared statements off by default; prepared after a second run.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("prepare_threshold", 1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # SQLite gives its -wal and -shm files the database file's mode; a database created

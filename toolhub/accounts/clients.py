@@ -162,9 +162,7 @@ def _with_user(model: type[M], user_field: str, digest: str) -> M | None:
     """The credential of `model` with this digest and its user (`user_field`) attached, in one
     query; None when there is none."""
     sql, parts = _with_user_read(connection.vendor, model, user_field)
-    with plainsql.cursor() as cursor:
-        cursor.execute(sql, [digest])
-        row = cursor.fetchone()
+    row = plainsql.one_row(sql, [digest])
     if row is None:
         return None
     credential, user = plainsql.instances(row, parts)

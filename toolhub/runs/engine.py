@@ -226,7 +226,7 @@ class Heartbeat(Beat):
         # Set once the invocation was ended by someone else (cancelled, or reaped): the
         # sandbox watches it and is killed.
         self.cancelled = threading.Event()
-        super().__init__(self._check, every=CANCEL_CHECK_SECONDS, name=f"heartbeat-{invocation_id}")
+        super().__init__(self._check, every=CANCEL_CHECK_SECONDS)
 
     def _check(self) -> None:
         if time.monotonic() - self._last_beat >= HEARTBEAT_SECONDS:
@@ -325,12 +325,10 @@ def _claim(invocation_id: str) -> tuple[Invocation | None, bool]:
     now = timezone.now()
     attempts = 0
 
-    def claim() -> int:
+    def claim() -> bool:
         nonlocal attempts
         attempts += 1
-        return Invocation.objects.filter(pk=invocation_id, status=RunStatus.QUEUED).update(
-            status=RunStatus.RUNNING, started_at=now, heartbeat_at=now
-        )
+        return queue.claim(invocation_id, now=now)
 
     claimed = dbretry.write(claim, what=f"claiming invocation {invocation_id}")
     invocation = dbretry.write(lambda: queue.load_for_run(invocation_id), what=f"loading invocation {invocation_id}")
@@ -343,7 +341,7 @@ def _claim(invocation_id: str) -> tuple[Invocation | None, bool]:
         # race for the same invocation can read the clock in the same microsecond, and the
         # loser took the winner's claim for its own (both ran it, and another queued one was
         # never run: 3 of 1,000 in bench/load.py).
-        claimed = 1
+        claimed = True
     return invocation, bool(claimed)
 
 

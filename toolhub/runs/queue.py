@@ -24,7 +24,7 @@ from django.db import connection
 from django.db.models import Model
 
 from toolhub import plainsql
-from toolhub.plainsql import Part, column, field, instances, param, table
+from toolhub.plainsql import Part, column, field, instances, marks, one_row, param, table
 from toolhub.runs.models import BUSY, FINISHED, Invocation, RunStatus, Surface
 from toolhub.toolkits.models import Revision, Toolkit
 
@@ -32,11 +32,6 @@ from toolhub.toolkits.models import Revision, Toolkit
 # KiB and reaches the sandbox from a file named by its hash; a build log can be longer): left
 # out of the load, they are read from the database only if something asks for them.
 LEFT_OUT: dict[type[Model], frozenset[str]] = {Revision: frozenset({"source", "build_log", "traceback", "description"})}
-
-
-def _marks(values) -> str:
-    """One placeholder per value."""
-    return ", ".join(["%s"] * len(values))
 
 
 def _fair_ctes() -> str:
@@ -56,7 +51,7 @@ def _fair_ctes() -> str:
             SELECT {pk} AS id, {user} AS user_id, {created} AS created_at FROM {inv}
             WHERE {status} = %s AND {surface} <> %s
         ), busy AS (
-            SELECT {user} AS user_id, COUNT(*) AS n FROM {inv} WHERE {status} IN ({_marks(BUSY)}) GROUP BY {user}
+            SELECT {user} AS user_id, COUNT(*) AS n FROM {inv} WHERE {status} IN ({marks(BUSY)}) GROUP BY {user}
         ), waiting AS (
             SELECT user_id, MIN(created_at) AS first_at FROM queued GROUP BY user_id
         ), turns AS MATERIALIZED (
@@ -85,9 +80,7 @@ def fairest_queued():
     """The id of the queued invocation to run next, or None: that of the user with the fewest
     invocations running, then of the user served longest ago (never served first), their
     oldest. An agent run's tool calls are run by the agent's own worker, not from the queue."""
-    with plainsql.cursor() as cursor:
-        cursor.execute(_fairest_sql(connection.vendor), _fair_params())
-        row = cursor.fetchone()
+    row = one_row(_fairest_sql(connection.vendor), _fair_params())
     if row is None:
         return None
     return Invocation._meta.pk.to_python(row[0])
@@ -98,7 +91,7 @@ def _abandoned_sql(vendor: str) -> str:
     c = {n: column(Invocation, n) for n in ("id", "status", "finished_at", "pending_call", "error", "heartbeat_at")}
     return (
         f"UPDATE {table(Invocation)} SET {c['status']} = %s, {c['finished_at']} = %s, {c['pending_call']} = NULL, "
-        f"{c['error']} = %s WHERE {c['id']} = %s AND {c['status']} IN ({_marks(BUSY)}) "
+        f"{c['error']} = %s WHERE {c['id']} = %s AND {c['status']} IN ({marks(BUSY)}) "
         f"AND ({c['heartbeat_at']} IS NULL OR {c['heartbeat_at']} < %s)"
     )
 
@@ -161,9 +154,7 @@ def load_for_run(pk) -> Invocation | None:
     """The invocation `pk` with its revision, toolkit and user attached (one query), or None.
     The revision's large text columns (LEFT_OUT) are deferred."""
     sql, parts = _load_statement(connection.vendor)
-    with plainsql.cursor() as cursor:
-        cursor.execute(sql, [param(Invocation, "id", pk)])
-        row = cursor.fetchone()
+    row = one_row(sql, [param(Invocation, "id", pk)])
     return None if row is None else _attached(row, parts)
 
 
@@ -234,9 +225,8 @@ def take_next(woken_by, *, now: datetime, silent_since: datetime, error: str) ->
         *_fair_params(),
         *_claim_params(now), RunStatus.QUEUED.value,
     ]
-    with plainsql.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    # Always one row: the statement's FROM is one row LEFT JOINed to what it claimed.
+    row = cast(tuple[Any, ...], one_row(sql, params))
     ended, chosen, rest = row[0], row[1], row[2:]
     invocation = None if rest[0] is None else _attached(rest, parts)
     return Taken(bool(ended), None if chosen is None else Invocation._meta.pk.to_python(chosen), invocation)
@@ -262,7 +252,7 @@ def _finish_sql(vendor: str, names: tuple[str, ...]) -> str:
     status, pk, pending = (column(Invocation, n) for n in ("status", "id", "pending_call"))
     return (
         f"UPDATE {table(Invocation)} SET {status} = %s, {pending} = NULL, {assignments} "
-        f"WHERE {pk} = %s AND {status} NOT IN ({_marks(FINISHED)})"
+        f"WHERE {pk} = %s AND {status} NOT IN ({marks(FINISHED)})"
     )
 
 

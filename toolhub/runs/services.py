@@ -151,9 +151,7 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
     key = [plainsql.param(Invocation, "id", invocation.pk)]
 
     def read() -> None:
-        with plainsql.cursor() as cursor:
-            cursor.execute(sql, key)
-            row = cursor.fetchone()
+        row = plainsql.one_row(sql, key)
         if row is None:
             raise Invocation.DoesNotExist(f"invocation {invocation.pk} is gone")
         for name, value in zip(WAIT_FIELDS, plainsql.convert(row[:-1], fields), strict=True):

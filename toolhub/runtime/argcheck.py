@@ -7,7 +7,7 @@ copy-on-write pages) for a one-parameter tool: most of a trivial call's time in 
 Most tools take only strings, numbers, booleans, lists of them and optional ones, and for
 those the same check is a pydantic-core validator of a typed dict whose fields have exactly
 the schemas pydantic makes for those types: the same coercions, the same error types,
-messages and locations (the parameter's name), as `tests/test_runtime.py` compares.
+messages and locations (the parameter's name), as `tests/test_argcheck.py` compares.
 
 The schemas are made once, by the fork server before its first call (`prepare`), from this
 module's own fixed list of types, never from a toolkit; a call's process only looks its

@@ -78,9 +78,7 @@ def _call_read(vendor: str) -> tuple[str, tuple[plainsql.Part, ...]]:
 def _toolkit_row(slug: str) -> Toolkit | None:
     """The toolkit with this slug and its current revision, with only the _CALL_FIELDS read."""
     sql, parts = _call_read(connection.vendor)
-    with plainsql.cursor() as cursor:
-        cursor.execute(sql, [slug])
-        row = cursor.fetchone()
+    row = plainsql.one_row(sql, [slug])
     if row is None:
         return None
     # No current revision: the LEFT JOIN's side is all NULL, and instances() gives None for it.

@@ -286,7 +286,7 @@ def step_heartbeat(revision_id: int) -> Beat:
             what=f"the heartbeat of the build of revision {revision_id}",
         )
 
-    return Beat(tick, every=STEP_HEARTBEAT_SECONDS, name=f"build-heartbeat-{revision_id}")
+    return Beat(tick, every=STEP_HEARTBEAT_SECONDS)
 
 
 def build_progress(*, revision_id: int, detail: str, **fields: object) -> None:
