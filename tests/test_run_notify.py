@@ -10,6 +10,7 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
+from tests.test_api_invocations import toolkit  # noqa: F401 - fixture
 from toolhub.api.serializers import invocation_out
 from toolhub.runs import notify
 from toolhub.runs.models import Event, Invocation, RunStatus
@@ -20,9 +21,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def invocation(upload, alice):
-    toolkit = upload(alice, "class Tools:\n    def go(self) -> str:\n        return 'x'\n")
+    uploaded = upload(alice, "class Tools:\n    def go(self) -> str:\n        return 'x'\n")
     return Invocation.objects.create(
-        toolkit=toolkit, revision=toolkit.latest_revision(), tool="go", user=alice, status=RunStatus.RUNNING
+        toolkit=uploaded, revision=uploaded.latest_revision(), tool="go", user=alice, status=RunStatus.RUNNING
     )
 
 
@@ -178,3 +179,122 @@ def test_a_notice_with_another_state_is_read_from_the_database(invocation, setti
     thread.join()
     assert (finished.status, finished.result) == (RunStatus.SUCCEEDED, "done")
     assert len(queries) == 2, [query["sql"] for query in queries]
+
+
+# A creator that waits subscribes before the invocation exists (notify.listen)
+# ------------------------------------------------------------------------------
+
+
+def _fastest_worker(monkeypatch, settings, *, record: bool = True) -> dict:
+    """Replace the task's send with the fastest worker there could be: it ends the run (row
+    and notice) before invocation_create returns, so before any wait begins. What it saw of
+    the invocation's subscribers at that moment is in the returned dict."""
+    import redis
+    from django.utils import timezone
+
+    from toolhub.runs import services
+
+    watcher = redis.Redis.from_url(settings.REDIS_URL)
+    seen: dict = {}
+
+    def send(_task: str, invocation_id: str) -> None:
+        seen["subscribers"] = dict(watcher.pubsub_numsub(notify.channel(invocation_id)))[notify.channel(invocation_id).encode()]
+        now = timezone.now()
+        fields = {"result": "cba", "result_type": "text", "finished_at": now}
+        if record:
+            Invocation.objects.filter(pk=invocation_id).update(status=RunStatus.SUCCEEDED, started_at=now, **fields)
+        claimed = Invocation(id=invocation_id, started_at=now)
+        notify.publish(invocation_id, notify.ended_state(claimed, RunStatus.SUCCEEDED, fields, has_events=False))
+
+    monkeypatch.setattr(services.broker, "send", send)
+    return seen
+
+
+def test_a_creator_that_waits_is_subscribed_before_its_task_is_sent(toolkit, alice, settings, monkeypatch) -> None:  # noqa: F811
+    from toolhub.runs.services import invocation_create
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    seen = _fastest_worker(monkeypatch, settings, record=False)
+    invocation = invocation_create(toolkit=toolkit, tool="reverse_string", arguments={"string": "abc"}, user=alice, listen=True)
+    assert seen["subscribers"] == 1
+    started = time.monotonic()
+    with CaptureQueriesContext(connection) as queries:
+        finished = wait_for(invocation, seconds=5)
+    # The notice came before the wait began, and is its answer: no look at the row first (the
+    # row here still says queued, so a read would have been seen), no wait for a re-read.
+    assert (finished.status, finished.result) == (RunStatus.SUCCEEDED, "cba")
+    assert time.monotonic() - started < notify.RECHECK_SECONDS
+    assert len(queries) == 0, [query["sql"] for query in queries]
+    assert getattr(finished, "listener", None) is None
+
+
+def test_a_creator_that_does_not_wait_subscribes_to_nothing(toolkit, alice, settings, monkeypatch) -> None:  # noqa: F811
+    from toolhub.runs.services import invocation_create
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    seen = _fastest_worker(monkeypatch, settings)
+    invocation = invocation_create(toolkit=toolkit, tool="reverse_string", arguments={"string": "abc"}, user=alice)
+    assert seen["subscribers"] == 0 and invocation.listener is None
+
+
+def test_a_tool_server_call_waits_on_its_subscription_made_ahead(toolkit, alice, settings, monkeypatch) -> None:  # noqa: F811
+    from toolhub.runs.services import invocation_create
+    from toolhub.serving.calls import follow
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    seen = _fastest_worker(monkeypatch, settings)
+    invocation = invocation_create(toolkit=toolkit, tool="reverse_string", arguments={"string": "abc"}, user=alice, listen=True)
+    started = time.monotonic()
+    with CaptureQueriesContext(connection) as queries:
+        outcome = follow(invocation)
+    assert seen["subscribers"] == 1
+    assert (outcome.invocation.status, outcome.invocation.result) == (RunStatus.SUCCEEDED, "cba")
+    assert time.monotonic() - started < notify.RECHECK_SECONDS
+    # Woken by the notice: then the run and its events are read once, as after any wait.
+    assert len(queries) == 2, [query["sql"] for query in queries]
+
+
+def test_a_subscription_made_ahead_without_redis_leaves_the_wait_to_poll(toolkit, alice, settings, monkeypatch) -> None:  # noqa: F811
+    from toolhub.runs.services import invocation_create
+
+    settings.REDIS_URL = "redis://127.0.0.1:1/0"
+    monkeypatch.setattr("toolhub.runs.services.broker.send", lambda *_args: None)
+    invocation = invocation_create(toolkit=toolkit, tool="reverse_string", arguments={"string": "abc"}, user=alice, listen=True)
+    assert invocation.listener is None
+    thread = _finish_later(invocation.pk, 0.3, publish=False)
+    finished = wait_for(invocation, seconds=10)
+    thread.join()
+    assert finished.status == RunStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize("ahead", [True, False])
+def test_a_subscription_lost_mid_wait_is_followed_by_polling(invocation, settings, ahead) -> None:
+    import redis
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    watcher = redis.Redis.from_url(settings.REDIS_URL)
+    if ahead:
+        invocation.listener = notify.listen(invocation.pk)
+
+    def drop_then_finish() -> None:
+        try:
+            time.sleep(0.3)
+            # Redis drops the waiter's connection (a restart, a timeout, a proxy), and the run
+            # ends without a notice that could reach it.
+            assert watcher.client_kill_filter(_type="pubsub") >= 1
+            time.sleep(0.2)
+            Invocation.objects.filter(pk=invocation.pk).update(status=RunStatus.SUCCEEDED, result="done")
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=drop_then_finish)
+    thread.start()
+    started = time.monotonic()
+    finished = wait_for(invocation, seconds=10)
+    thread.join()
+    assert (finished.status, finished.result) == (RunStatus.SUCCEEDED, "done")
+    assert time.monotonic() - started < 3

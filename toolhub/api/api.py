@@ -526,6 +526,7 @@ def invoke(request, slug: str, tool: str, payload: s.InvokeIn):
         invocation = run_services.invocation_create(
             toolkit=toolkit, tool=tool, arguments=payload.arguments, user=request.user,
             messages=payload.messages, files=payload.files, client=getattr(request, "toolhub_client", None),
+            listen=payload.wait,
         )
     except run_services.InvocationRejected as exc:
         headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after else None

@@ -5,8 +5,9 @@ finishes or starts waiting for input; ``wait`` subscribes (and reads Redis's con
 *before* it first reads the row, so a change between that read and the subscription cannot be
 missed, and re-reads the row on each message (and at least every ``RECHECK_SECONDS``, in case
 a message was lost or a worker of an older release does not publish), unless the message
-carries the ended run's state itself (``publish(..., state)``). Without Redis (the filesystem
-broker) it polls as before. Publishing is best-effort: a lost message costs latency, never
+carries the ended run's state itself (``publish(..., state)``). The creator of an invocation
+that waits for it subscribes before the row even exists (``listen``), and need neither wait for
+the confirmation nor read the row first. Without Redis (the filesystem broker) it polls as before. Publishing is best-effort: a lost message costs latency, never
 correctness.
 """
 
@@ -86,32 +87,77 @@ def _state(message: Any) -> dict | None:
     return state if isinstance(state, dict) else None
 
 
-def wait(invocation_id: object, done: Callable[[dict | None], bool], *, seconds: float) -> None:
+def listen(invocation_id: object) -> Any:
+    """Subscribe to the notices of an invocation that is not yet in the database, for its
+    creator to wait with (``wait(..., listener=...)``); None without Redis, or when the
+    subscription cannot be sent (the wait then subscribes, or polls, as usual).
+
+    Redis's confirmation is not waited for: the subscription is on its way before the row
+    exists and before the invocation's task is sent, so Redis has it before any worker can
+    take the run, let alone publish its end. So the waiter need not read the row first
+    either; that read and the confirmation's round trip were each paid while the worker took
+    the run, on a machine whose cores they share."""
+    if not settings.REDIS_URL:
+        return None
+    subscription = None
+    try:
+        subscription = _client(settings.REDIS_URL).pubsub()
+        subscription.subscribe(channel(invocation_id))
+    except Exception:  # noqa: BLE001 - Redis unavailable: the wait finds out for itself
+        logger.warning("could not subscribe to invocation %s ahead", invocation_id, exc_info=True)
+        if subscription is not None:
+            subscription.close()
+        return None
+    return subscription
+
+
+def wait(invocation_id: object, done: Callable[[dict | None], bool], *, seconds: float, listener: Any = None) -> None:
     """Return once ``done(state)`` is true or ``seconds`` have passed: `state` is what the
-    latest notice carried (None before the first, and for a notice that carried nothing)."""
+    latest notice carried (None before the first, and for a notice that carried nothing).
+    `listener`: the subscription ``listen`` made before the invocation existed, which this
+    closes; without one, ``wait`` subscribes now and first looks at the row (``done(None)``),
+    which may have changed before the subscription."""
     deadline = time.monotonic() + seconds
-    if settings.REDIS_URL:
+    subscription, ahead = listener, listener is not None
+    if subscription is None and settings.REDIS_URL:
+        subscription = _subscribe(invocation_id, seconds)
+    if subscription is not None:
         try:
-            subscription = _client(settings.REDIS_URL).pubsub()
-            subscription.subscribe(channel(invocation_id))
-            # Only once Redis confirms is a publication sure to reach us: read that first.
-            confirmed = subscription.get_message(timeout=min(RECHECK_SECONDS, seconds))
-            if confirmed is None or confirmed.get("type") != "subscribe":
-                raise ConnectionError("no subscription confirmation")
-        except Exception:  # noqa: BLE001 - Redis unavailable: poll instead
-            logger.warning("could not subscribe to invocation %s; polling", invocation_id, exc_info=True)
-        else:
-            try:
-                state = None
-                while not done(state):
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return
-                    state = _state(subscription.get_message(timeout=min(remaining, RECHECK_SECONDS)))
-            finally:
-                subscription.close()
-            return
+            if not ahead and done(None):
+                return
+            while (remaining := deadline - time.monotonic()) > 0:
+                try:
+                    message = subscription.get_message(timeout=min(remaining, RECHECK_SECONDS))
+                except Exception:  # noqa: BLE001 - Redis went away mid-wait: poll the rest
+                    logger.warning("lost the subscription to invocation %s; polling", invocation_id, exc_info=True)
+                    break
+                if isinstance(message, dict) and message.get("type") == "subscribe":
+                    continue  # the confirmation of a subscription made ahead
+                if done(_state(message)):
+                    return
+            else:
+                return
+        finally:
+            subscription.close()
     delay = 0.02
     while not done(None) and time.monotonic() < deadline:
         time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
         delay = min(delay * 1.5, 0.25)
+
+
+def _subscribe(invocation_id: object, seconds: float) -> Any:
+    """A subscription to the invocation's notices that Redis has confirmed, or None."""
+    subscription = None
+    try:
+        subscription = _client(settings.REDIS_URL).pubsub()
+        subscription.subscribe(channel(invocation_id))
+        # Only once Redis confirms is a publication sure to reach us: read that first.
+        confirmed = subscription.get_message(timeout=min(RECHECK_SECONDS, seconds))
+        if confirmed is None or confirmed.get("type") != "subscribe":
+            raise ConnectionError("no subscription confirmation")
+    except Exception:  # noqa: BLE001 - Redis unavailable: poll instead
+        logger.warning("could not subscribe to invocation %s; polling", invocation_id, exc_info=True)
+        if subscription is not None:
+            subscription.close()
+        return None
+    return subscription

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 from functools import cache
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -114,8 +115,12 @@ def not_ready_reason(toolkit: Toolkit) -> str:
 
 def invocation_create(
     *, toolkit: Toolkit, tool: str, arguments: object, user: User, messages: object = None, files: object = None,
-    client: ClientCredential | None = None, surface: str = Surface.API,
+    client: ClientCredential | None = None, surface: str = Surface.API, listen: bool = False,
 ) -> Invocation:
+    """Queue a call of `tool`. With `listen`, for a caller that waits for the end (wait_for,
+    serving.calls.follow): the invocation's notices are subscribed to before its row exists
+    (notify.listen), and the subscription is the returned invocation's `listener` until a
+    wait uses it."""
     revision = toolkit.current_revision
     if revision is None or revision.status != Status.READY:
         raise InvocationRejected(409, [(not_ready_reason(toolkit), None)])
@@ -130,10 +135,19 @@ def invocation_create(
         toolkit=toolkit, revision=revision, tool=tool, arguments=arguments, user=user,
         messages=messages or [], files=files or [], client=client, surface=surface,
     )
-    plainsql.insert(invocation)
+    listener = notify.listen(invocation.id) if listen else None
+    try:
+        plainsql.insert(invocation)
+    except BaseException:
+        if listener is not None:
+            listener.close()
+        raise
+    setattr(invocation, "listener", listener)  # noqa: B010 - not a model field
     try:
         broker.send(run_invocation.name, str(invocation.id))
     except (OperationalError, OSError) as exc:
+        if listener is not None:
+            listener.close()
         # Nothing may stay queued forever: a call no broker accepted ends here.
         Invocation.objects.filter(pk=invocation.pk).update(
             status=RunStatus.FAILED, error="No worker could take the invocation (the broker is unavailable).",
@@ -166,8 +180,19 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
         dbretry.write(read, what=f"waiting for invocation {invocation.pk}")
         return invocation.status in FINISHED or invocation.status == RunStatus.AWAITING_INPUT
 
-    notify.wait(invocation.pk, done, seconds=settings.TOOLHUB_INVOKE_WAIT_SECONDS if seconds is None else seconds)
+    notify.wait(
+        invocation.pk, done, seconds=settings.TOOLHUB_INVOKE_WAIT_SECONDS if seconds is None else seconds,
+        listener=take_listener(invocation),
+    )
     return invocation
+
+
+def take_listener(invocation: Invocation) -> Any:
+    """The subscription invocation_create(listen=True) made for `invocation`, once (None after
+    that, and for an invocation created without one)."""
+    listener = getattr(invocation, "listener", None)
+    invocation.listener = None  # type: ignore[attr-defined]
+    return listener
 
 
 def _took_state(invocation: Invocation, state: dict) -> bool:

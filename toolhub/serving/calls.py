@@ -71,7 +71,7 @@ def serve_call(
     check_rate(caller)
     invocation = run_services.invocation_create(
         toolkit=served.toolkit, tool=served.tool, arguments=arguments, user=caller.user,
-        client=caller.client, surface=surface,
+        client=caller.client, surface=surface, listen=on_event is None,
     )
     return follow(invocation, ask=ask, on_event=on_event)
 
@@ -84,6 +84,13 @@ def follow(
     deadline = time.monotonic() + settings.TOOLHUB_SERVE_WAIT_SECONDS
     events: list[Event] = []
     delay = 0.01
+    listener = run_services.take_listener(invocation)
+    if listener is not None:
+        # Subscribed before the invocation existed: nothing can have happened to it that the
+        # first look would see, so the first look waits for the worker's notice.
+        notify.wait(
+            invocation.pk, lambda state: _noticed(invocation.pk, state), seconds=deadline - time.monotonic(), listener=listener
+        )
     while True:
         invocation.refresh_from_db(fields=["status", "result", "result_type", "error", "pending_call", "call_answer", "finished_at", "started_at", "limit"])
         fresh = list(Event.objects.filter(invocation=invocation, seq__gt=seen).order_by("seq"))
@@ -115,15 +122,15 @@ def follow(
             # Nothing to relay before the end or a question: wait for the worker's notice on
             # Redis (toolhub.runs.notify) instead of polling.
             # A notice that carries the end needs no query of its own: the loop reads the row.
-            notify.wait(
-                invocation.pk,
-                lambda state: (state or {}).get("status") in FINISHED or _needs_attention(invocation.pk),
-                seconds=remaining,
-            )
+            notify.wait(invocation.pk, lambda state: _noticed(invocation.pk, state), seconds=remaining)
             continue
         time.sleep(delay)
         delay = min(delay * 1.5, 0.05)
     return CallOutcome(invocation=invocation, events=events, seen=seen)
+
+
+def _noticed(invocation_id: Any, state: dict | None) -> bool:
+    return (state or {}).get("status") in FINISHED or _needs_attention(invocation_id)
 
 
 def _needs_attention(invocation_id: Any) -> bool:
