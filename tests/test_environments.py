@@ -449,6 +449,40 @@ def test_it_reuses_an_environment_without_rebuilding(demo_index: DemoIndex, lock
     assert [info.key for info in list_environments(root)] == [first.name]
 
 
+def _finished_by_hand(root: Path, lock: str) -> Path:
+    """A finished environment as far as finished_environment can tell: its marker in place."""
+    key = environment_key(lock=lock, interpreter=INTERPRETER)
+    (root / key).mkdir(parents=True)
+    (root / key / MARKER_NAME).write_text(json.dumps({"key": key}))
+    return root / key
+
+
+def test_a_finished_environment_is_checked_in_full_once_a_minute_while_its_marker_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lock, root = "# python 3.11\nsix==1.16.0\n", tmp_path / "envs"
+    env = _finished_by_hand(root, lock)
+    checks: list[Path] = []
+    complete = environments._is_complete
+    monkeypatch.setattr(environments, "_is_complete", lambda path, key: checks.append(path) or complete(path, key))
+
+    def finished() -> Path | None:
+        return environments.finished_environment(lock=lock, root=root, interpreter=INTERPRETER, log=Log())
+
+    # A tool call asks before every run: the marker is read, and the use recorded, once.
+    os.utime(env / MARKER_NAME, (1, 1))
+    assert [finished() for _ in range(3)] == [env] * 3
+    assert checks == [env] and (env / MARKER_NAME).stat().st_mtime > 1
+    # Once the recheck interval has passed, the whole check again.
+    monkeypatch.setattr(environments, "FINISHED_RECHECK_SECONDS", 0.0)
+    assert finished() == env and checks == [env, env]
+    monkeypatch.setattr(environments, "FINISHED_RECHECK_SECONDS", 60.0)
+    assert finished() == env and len(checks) == 2
+    # Removed (renamed away, then deleted): never the answer again, not even within the minute.
+    assert remove_environment(root, env.name) is True
+    assert finished() is None
+
+
 def test_the_key_depends_on_the_lock_and_the_interpreter(lock_a: str) -> None:
     key = environment_key(lock=lock_a, interpreter=INTERPRETER)
     assert key == environment_key(lock=lock_a.rstrip("\n") + "\n\n", interpreter=INTERPRETER)
