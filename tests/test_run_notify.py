@@ -298,3 +298,24 @@ def test_a_subscription_lost_mid_wait_is_followed_by_polling(invocation, setting
     thread.join()
     assert (finished.status, finished.result) == (RunStatus.SUCCEEDED, "done")
     assert time.monotonic() - started < 3
+
+
+def test_a_thread_keeps_its_subscriber_connection_and_takes_only_its_own_notices(settings) -> None:
+    import uuid
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    earlier, later = uuid.uuid4(), uuid.uuid4()
+    first = notify.listen(earlier)
+    assert first is not None and first.confirm(1)
+    # A notice for the earlier wait that it never read: still on the connection when it ends.
+    notify.publish(earlier, {"id": str(earlier)})
+    first.close()
+    second = notify.listen(later)
+    assert second is not None and second._pubsub is first._pubsub
+    connection_ = second._pubsub.connection
+    seen: list = []
+    notify.publish(later, {"id": str(later)})
+    notify.wait(later, lambda state: seen.append(state) or state is not None, seconds=2, listener=second)
+    assert seen == [{"id": str(later)}]
+    assert notify.listen(uuid.uuid4())._pubsub.connection is connection_

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from functools import lru_cache
@@ -36,7 +37,8 @@ def channel(invocation_id: object) -> str:
 def _client(url: str) -> Any:
     import redis
 
-    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+    # No CLIENT SETINFO after each connect: two more round trips for a name in CLIENT LIST.
+    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5, driver_info=None)
 
 
 # An ended run's notice carries what its waiter answers with (ended_state), so
@@ -87,7 +89,92 @@ def _state(message: Any) -> dict | None:
     return state if isinstance(state, dict) else None
 
 
-def listen(invocation_id: object) -> Any:
+class Listener:
+    """One wait's subscription to an invocation's notices, on this thread's subscriber
+    connection (``_subscriber``): that connection stays open from one wait to the next, as a new
+    one costs a connect and Redis's handshake (0.5-1 ms, measured with ``listen`` in a loop).
+    So it may still deliver what an earlier wait subscribed to; only this channel's notices
+    are taken."""
+
+    def __init__(self, pubsub: Any, invocation_id: object) -> None:
+        self._pubsub = pubsub
+        self._channel = channel(invocation_id).encode()
+        self.confirmed = False
+        self._early: dict | None = None
+        pubsub.subscribe(self._channel)
+
+    def next(self, timeout: float) -> dict | None:
+        """This channel's next notice, or None once `timeout` seconds have passed without one.
+        Raises redis's errors when the connection is lost."""
+        return self._read(timeout, until_confirmed=False)
+
+    def confirm(self, timeout: float) -> bool:
+        """Whether Redis confirms the subscription within `timeout` seconds."""
+        self._read(timeout, until_confirmed=True)
+        return self.confirmed
+
+    def _read(self, timeout: float, *, until_confirmed: bool) -> dict | None:
+        if self._early is not None and not until_confirmed:
+            message, self._early = self._early, None
+            return message
+        deadline = time.monotonic() + timeout
+        while not (until_confirmed and self.confirmed):
+            message = self._pubsub.get_message(timeout=max(deadline - time.monotonic(), 0))
+            if message is None:
+                return None
+            if message.get("channel") == self._channel:
+                if message.get("type") == "message":
+                    if not until_confirmed:
+                        return message
+                    self._early = message
+                elif message.get("type") == "subscribe":
+                    self.confirmed = True
+            if time.monotonic() >= deadline:
+                return None
+        return None
+
+    def close(self, *, broken: bool = False) -> None:
+        """Unsubscribe, keeping the connection for the thread's next wait (without waiting for
+        Redis's confirmation: the next wait passes over it); a broken one is dropped."""
+        if not broken:
+            try:
+                self._pubsub.unsubscribe(self._channel)
+                return
+            except Exception:  # noqa: BLE001 - then it is broken
+                pass
+        _drop_subscriber(self._pubsub)
+
+
+_local = threading.local()
+# A thread's subscriber connection is made anew once it has this many subscriptions left by
+# waits that never closed theirs (a request that failed between listen and wait).
+_SUBSCRIBER_MAX_CHANNELS = 64
+
+
+def _subscriber() -> Any:
+    """This thread's open subscriber connection (a redis-py PubSub) to settings.REDIS_URL."""
+    url = settings.REDIS_URL
+    known = getattr(_local, "subscriber", None)
+    if known is not None and known[0] == url and len(known[1].channels) < _SUBSCRIBER_MAX_CHANNELS:
+        return known[1]
+    if known is not None:
+        _drop_subscriber(known[1])
+    pubsub = _client(url).pubsub()
+    _local.subscriber = (url, pubsub)
+    return pubsub
+
+
+def _drop_subscriber(pubsub: Any) -> None:
+    known = getattr(_local, "subscriber", None)
+    if known is not None and known[1] is pubsub:
+        _local.subscriber = None
+    try:
+        pubsub.close()
+    except Exception:  # noqa: BLE001 - it is being thrown away
+        pass
+
+
+def listen(invocation_id: object) -> Listener | None:
     """Subscribe to the notices of an invocation that is not yet in the database, for its
     creator to wait with (``wait(..., listener=...)``); None without Redis, or when the
     subscription cannot be sent (the wait then subscribes, or polls, as usual).
@@ -99,65 +186,65 @@ def listen(invocation_id: object) -> Any:
     the run, on a machine whose cores they share."""
     if not settings.REDIS_URL:
         return None
-    subscription = None
+    pubsub = None
     try:
-        subscription = _client(settings.REDIS_URL).pubsub()
-        subscription.subscribe(channel(invocation_id))
+        pubsub = _subscriber()
+        return Listener(pubsub, invocation_id)
     except Exception:  # noqa: BLE001 - Redis unavailable: the wait finds out for itself
         logger.warning("could not subscribe to invocation %s ahead", invocation_id, exc_info=True)
-        if subscription is not None:
-            subscription.close()
+        if pubsub is not None:
+            _drop_subscriber(pubsub)
         return None
-    return subscription
 
 
-def wait(invocation_id: object, done: Callable[[dict | None], bool], *, seconds: float, listener: Any = None) -> None:
+def wait(
+    invocation_id: object, done: Callable[[dict | None], bool], *, seconds: float, listener: Listener | None = None
+) -> None:
     """Return once ``done(state)`` is true or ``seconds`` have passed: `state` is what the
     latest notice carried (None before the first, and for a notice that carried nothing).
     `listener`: the subscription ``listen`` made before the invocation existed, which this
     closes; without one, ``wait`` subscribes now and first looks at the row (``done(None)``),
     which may have changed before the subscription."""
     deadline = time.monotonic() + seconds
-    subscription, ahead = listener, listener is not None
-    if subscription is None and settings.REDIS_URL:
-        subscription = _subscribe(invocation_id, seconds)
-    if subscription is not None:
+    ahead = listener is not None
+    if listener is None and settings.REDIS_URL:
+        listener = _subscribe(invocation_id, seconds)
+    if listener is not None:
+        broken = False
         try:
             if not ahead and done(None):
                 return
             while (remaining := deadline - time.monotonic()) > 0:
                 try:
-                    message = subscription.get_message(timeout=min(remaining, RECHECK_SECONDS))
+                    message = listener.next(min(remaining, RECHECK_SECONDS))
                 except Exception:  # noqa: BLE001 - Redis went away mid-wait: poll the rest
                     logger.warning("lost the subscription to invocation %s; polling", invocation_id, exc_info=True)
+                    broken = True
                     break
-                if isinstance(message, dict) and message.get("type") == "subscribe":
-                    continue  # the confirmation of a subscription made ahead
                 if done(_state(message)):
                     return
             else:
                 return
         finally:
-            subscription.close()
+            listener.close(broken=broken)
     delay = 0.02
     while not done(None) and time.monotonic() < deadline:
         time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
         delay = min(delay * 1.5, 0.25)
 
 
-def _subscribe(invocation_id: object, seconds: float) -> Any:
+def _subscribe(invocation_id: object, seconds: float) -> Listener | None:
     """A subscription to the invocation's notices that Redis has confirmed, or None."""
-    subscription = None
+    listener = pubsub = None
     try:
-        subscription = _client(settings.REDIS_URL).pubsub()
-        subscription.subscribe(channel(invocation_id))
+        pubsub = _subscriber()
+        listener = Listener(pubsub, invocation_id)
         # Only once Redis confirms is a publication sure to reach us: read that first.
-        confirmed = subscription.get_message(timeout=min(RECHECK_SECONDS, seconds))
-        if confirmed is None or confirmed.get("type") != "subscribe":
+        if not listener.confirm(min(RECHECK_SECONDS, seconds)):
             raise ConnectionError("no subscription confirmation")
     except Exception:  # noqa: BLE001 - Redis unavailable: poll instead
         logger.warning("could not subscribe to invocation %s; polling", invocation_id, exc_info=True)
-        if subscription is not None:
-            subscription.close()
+        if pubsub is not None:
+            _drop_subscriber(pubsub)
         return None
-    return subscription
+    return listener
