@@ -256,17 +256,23 @@ def run_next(woken_by: str) -> None:
     would (tools may have side effects, so it is never run twice); one running with a fresh
     heartbeat is left alone."""
     woken = parse_invocation_id(woken_by)
-    while True:
-        taken = _take(woken)
-        if taken.abandoned:
-            notify.publish(woken)
-        if taken.invocation is not None:
-            _execute(taken.invocation)
-            return
-        if taken.chosen is None:
-            return
-        # Another worker claimed it first: choose again.
-        woken = None
+    # The call's sandbox process is forked while the invocation is taken (most calls need the
+    # environment the last one did); whatever does not use it kills it.
+    sandboxing.prepare_warm()
+    try:
+        while True:
+            taken = _take(woken)
+            if taken.abandoned:
+                notify.publish(woken)
+            if taken.invocation is not None:
+                _execute(taken.invocation)
+                return
+            if taken.chosen is None:
+                return
+            # Another worker claimed it first: choose again.
+            woken = None
+    finally:
+        sandboxing.unprepare_warm()
 
 
 def _take(woken) -> queue.Taken:

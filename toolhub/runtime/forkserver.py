@@ -13,8 +13,13 @@ host. Anything unexpected is reported as a problem, and the host then retires th
 Control messages are JSON lines; descriptors travel as SCM_RIGHTS:
 
     host -> here   {"op": "call", "limits": {...}}  + fds [stdin, stdout, stderr, source memfd]
+                   {"op": "prepare", "limits": {...}}  + fds [stdin, stdout, stderr]: fork the
+                                                     call's process now, then
+                     {"op": "call"} + fd [source memfd]   to run it, or
+                     {"op": "discard"}                    to kill it unused
     here -> host   {"op": "ready", "preloaded": [...]}  once, after the imports (the names of
                                                      the environment's packages imported too)
+                   {"op": "prepared", "pid": N}      after a "prepare", once forked
                    {"op": "started", "pid": N}       + fd [pidfd of the call's process]
                    {"op": "exited", "status": W, "utime": s, "stime": s, "maxrss": kb}
                                                      once the call's process is reaped
@@ -208,28 +213,60 @@ def main() -> None:
         message, fds, buffer = _receive(control, buffer)
         if message is None:
             return
-        if message.get("op") != "call" or len(fds) != 4:
+        if message.get("op") == "call" and len(fds) == 4:
+            _serve(control, message, fds)
+        elif message.get("op") == "prepare" and len(fds) == 3:
+            buffer = _serve_prepared(control, message, fds, buffer)
+        else:
             for fd in fds:
                 os.close(fd)
             _send(control, {"op": "done", "problems": ["bad control message"]})
-            continue
-        _serve(control, message, fds)
 
 
 def _serve(control: socket.socket, message: dict, fds: list[int]) -> None:
     stdin, stdout, stderr, source = fds
-    problems: list[str] = []
     try:
         _write_source(source)
     finally:
         os.close(source)
+    _run(control, _fork(control, stdin, stdout, stderr, message.get("limits") or {}))
+
+
+def _serve_prepared(control: socket.socket, message: dict, fds: list[int], buffer: bytes) -> bytes:
+    """A call whose process is forked before the host knows what it runs: it waits for its
+    request on stdin (which the host writes only after "started"), and the source arrives
+    with the "call" that follows; any other message (the host's "discard") kills it unused."""
+    stdin, stdout, stderr = fds
+    pid = _fork(control, stdin, stdout, stderr, message.get("limits") or {})
+    _send(control, {"op": "prepared", "pid": pid})
+    follow, more, buffer = _receive(control, buffer)
+    if follow is not None and follow.get("op") == "call" and len(more) == 1:
+        try:
+            _write_source(more[0])
+        finally:
+            os.close(more[0])
+    else:
+        for fd in more:
+            os.close(fd)
+        os.kill(pid, signal.SIGKILL)
+    _run(control, pid)
+    return buffer
+
+
+def _fork(control: socket.socket, stdin: int, stdout: int, stderr: int, limits: dict) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
-        _child(control, stdin, stdout, stderr, message.get("limits") or {})
+        _child(control, stdin, stdout, stderr, limits)
     for fd in (stdin, stdout, stderr):
         os.close(fd)
+    return pid
+
+
+def _run(control: socket.socket, pid: int) -> None:
+    """Hand the call's process to the host, wait for it, then remove everything it left."""
+    problems: list[str] = []
     pidfd = os.pidfd_open(pid)
     try:
         _send(control, {"op": "started", "pid": pid}, [pidfd])

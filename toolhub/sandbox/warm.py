@@ -8,6 +8,12 @@ Invariants, and what holds each:
   toolkit, the source is handed over per call (a memfd, written to ``/opt/toolkit/toolkit.py``
   by the parent and removed after the call), so a new revision is simply the next call's
   source, and nothing the code does to module globals outlives its process.
+- A call's process may be forked ahead (``WarmSandbox.prepare``, from ``WarmPool.prepare``:
+  a worker does so when a task arrives, while it takes the invocation from the database), on
+  an idle sandbox whose last call's tail is finished. It waits for its request with nothing of
+  a toolkit in it (the source comes with the call), and serves that one call; a call with other
+  limits, a call of another key, or none at all has it killed unused (``discard_prepared``,
+  finished on the tail thread like a call's tail, with the same clean-up after it).
 - One call at a time per sandbox (``WarmSandbox.busy``), and after each call the parent kills
   every other process of the namespace, reaps them, empties ``/tmp``, ``/dev/shm`` and
   ``/opt/toolkit`` and removes every SysV IPC object; keys and POSIX message queues cannot be
@@ -124,7 +130,9 @@ class WarmSandbox:
         # The tails of calls that answered early, finished one after the other by a thread of
         # the sandbox's own (started with it: starting one per call would hold up the answer);
         # clear while one is pending.
-        self._tails: queue.SimpleQueue[_CallSession | None] = queue.SimpleQueue()
+        self._tails: queue.SimpleQueue[_CallSession | _Prepared | None] = queue.SimpleQueue()
+        # The process of the next call, forked ahead (prepare), until a call takes it.
+        self._prepared: _Prepared | None = None
         self._settled = threading.Event()
         self._settled.set()
         self._tail_thread: threading.Thread | None = None
@@ -374,9 +382,12 @@ class WarmSandbox:
             self._settled.wait()
 
     def _finish_tails(self) -> None:
-        while (session := self._tails.get()) is not None:
+        while (item := self._tails.get()) is not None:
             try:
-                self._finish(session)
+                if isinstance(item, _Prepared):
+                    self._discard(item)
+                else:
+                    self._finish(item)
             finally:
                 self._settled.set()
 
@@ -403,6 +414,69 @@ class WarmSandbox:
                 self.problems += [str(problem) for problem in done.get("problems") or []]
             self._end_call()
 
+    def prepare(self, limits: Limits) -> bool:
+        """Have the fork server fork the next call's process now, while the host is still
+        finding out what the call is (a worker's take of the invocation): the fork and the
+        process's start are then off the call's path. The process waits for its request;
+        the next ``call`` with the same limits takes it, anything else kills it unused
+        (``discard_prepared``). Nothing of a toolkit is in it until then: the source comes
+        with the call. Whether it was prepared (not on a busy, retired or prepared sandbox)."""
+        if self.busy or self.retired or self._prepared is not None or not self._settled.is_set() or not self.usable():
+            return False
+        ours: list[int] = []
+        theirs: list[int] = []
+        try:
+            stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+            ours.append(stdin_w)
+            theirs.append(stdin_r)
+            for _ in ("stdout", "stderr"):
+                read_end, write_end = os.pipe2(os.O_CLOEXEC)
+                ours.append(read_end)
+                theirs.append(write_end)
+            child_limits = self._child_limits(limits)
+            data = json.dumps({"op": "prepare", "limits": child_limits}).encode() + b"\n"
+            self.control.settimeout(_CONTROL_TIMEOUT)
+            self.control.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
+        except OSError as exc:
+            for fd in ours:
+                os.close(fd)
+            self.problems.append(f"cannot prepare a call: {exc}")
+            return False
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        self._prepared = _Prepared(stdin_fd=ours[0], stdout_fd=ours[1], stderr_fd=ours[2], child_limits=child_limits)
+        return True
+
+    def discard_prepared(self) -> None:
+        """Kill the process ``prepare`` forked, unused, on the sandbox's tail thread (the next
+        call, retirement or take from the pool waits for that)."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            self._settled.clear()
+            self._tails.put(prepared)
+
+    def _discard(self, prepared: _Prepared) -> None:
+        try:
+            reply, fds = self._receive(_CONTROL_TIMEOUT)
+            if reply is None or reply.get("op") != "prepared" or fds:
+                raise RuntimeError(f"the fork server did not prepare the call: {reply}")
+            self.control.settimeout(_CONTROL_TIMEOUT)
+            self.control.sendall(b'{"op": "discard"}\n')
+            for expected in ("started", "exited", "done"):
+                reply, fds = self._receive(_CONTROL_TIMEOUT + _KILL_PATIENCE)
+                for fd in fds:
+                    os.close(fd)
+                if reply is None or reply.get("op") != expected:
+                    raise RuntimeError(f"the fork server did not end the prepared call: {reply}")
+            self.problems += [str(problem) for problem in reply.get("problems") or []]
+        except Exception as exc:  # noqa: BLE001 - any surprise retires the sandbox
+            self.problems.append(f"discarding a prepared call failed: {exc!r}")
+        finally:
+            prepared.close()
+            if self.problems:
+                self.retire()
+
     def usable(self) -> bool:
         return (
             not self.retired
@@ -428,15 +502,32 @@ class WarmSandbox:
         request_line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
         ours: list[int] = []
         theirs: list[int] = []
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared.child_limits != self._child_limits(limits):
+            self._discard(prepared)
+            prepared = None
+            if self.retired:
+                raise WarmSandboxBroken("; ".join(self.problems))
         try:
-            stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
-            stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
-            stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
-            ours += [stdin_w, stdout_r, stderr_r]
+            if prepared is not None:
+                stdin_w, stdout_r, stderr_r = prepared.stdin_fd, prepared.stdout_fd, prepared.stderr_fd
+                ours += [stdin_w, stdout_r, stderr_r]
+                reply, fds = self._receive(_CONTROL_TIMEOUT)
+                if reply is None or reply.get("op") != "prepared" or fds:
+                    for fd in fds:
+                        os.close(fd)
+                    raise OSError(f"the fork server did not prepare the call: {reply}")
+                message: dict = {"op": "call"}
+            else:
+                stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+                stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
+                stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
+                ours += [stdin_w, stdout_r, stderr_r]
+                theirs += [stdin_r, stdout_w, stderr_w]
+                message = {"op": "call", "limits": self._child_limits(limits)}
             source_fd = os.memfd_create("toolkit-source", os.MFD_CLOEXEC)
-            theirs += [stdin_r, stdout_w, stderr_w, source_fd]
+            theirs.append(source_fd)
             os.write(source_fd, source)
-            message = {"op": "call", "limits": self._child_limits(limits)}
             data = json.dumps(message).encode() + b"\n"
             self.control.settimeout(_CONTROL_TIMEOUT)
             self.control.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
@@ -557,6 +648,9 @@ class WarmSandbox:
         if self.retired:
             return
         self.retired = True
+        prepared, self._prepared = getattr(self, "_prepared", None), None
+        if prepared is not None:
+            prepared.close()
         if self._tail_thread is not None:
             self._tails.put(None)
         process = getattr(self, "process", None)
@@ -588,6 +682,23 @@ class WarmSandbox:
         if reservation is not None:
             reservation.release()
             self._reservation = None
+
+
+@dataclass
+class _Prepared:
+    """The host's ends of the pipes of a call's process forked ahead (WarmSandbox.prepare)."""
+
+    stdin_fd: int
+    stdout_fd: int
+    stderr_fd: int
+    child_limits: dict[str, int]
+
+    def close(self) -> None:
+        for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 def _descendants(pid: int) -> list[int]:

@@ -78,6 +78,10 @@ class WarmPool:
     started: int = 0
     _reaper: threading.Thread | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
+    # The key and limits of the last call (what `prepare` guesses the next one needs), and
+    # the idle sandbox whose next call's process is forked ahead.
+    _last: tuple[_Key, Limits] | None = None
+    _prepared: WarmSandbox | None = None
 
     def run(
         self,
@@ -96,13 +100,41 @@ class WarmPool:
         ``request`` should name the socket: ``{"egress": {"socket_path": SANDBOX_SOCKET}}``)."""
         source = Path(source_path).read_bytes()
         key = _key(interpreter_env, runtime_dir, limits, egress)
+        if self._last is not None and self._last[0] != key:
+            self.unprepare()
+        self._last = (key, limits)
         sandbox = self._take(
             key, interpreter_env=Path(interpreter_env), runtime_dir=Path(runtime_dir), limits=limits, egress=egress
         )
+        if sandbox is self._prepared:
+            self._prepared = None
         try:
             return sandbox.call(source=source, request=request, limits=limits, on_message=on_message, cancel=cancel)
         finally:
             self._give_back(key, sandbox)
+
+    def prepare(self) -> bool:
+        """Fork the process of the next call ahead (WarmSandbox.prepare) on an idle sandbox of
+        the key of the last call: the likeliest one for a worker that was just told of work but
+        has yet to read what it is. Its `run` with that key takes it; a run with another key,
+        or `unprepare`, kills it unused. Never starts a sandbox. Whether one was prepared."""
+        last = self._last
+        if last is None or self._prepared is not None:
+            return False
+        key, limits = last
+        with self._lock:
+            idle = self._idle.get(key, [])
+            sandbox = idle[-1] if idle else None
+        if sandbox is None or not sandbox.prepare(limits):
+            return False
+        self._prepared = sandbox
+        return True
+
+    def unprepare(self) -> None:
+        """Kill the process `prepare` forked, if no call took it."""
+        sandbox, self._prepared = self._prepared, None
+        if sandbox is not None:
+            sandbox.discard_prepared()
 
     def warm(
         self, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None = None
@@ -127,7 +159,9 @@ class WarmPool:
                 idle = self._idle.get(key, [])
                 if not idle:
                     break
-                sandbox = idle.pop()
+                # The one whose next call's process is forked ahead, if it is of this key.
+                ahead = [index for index, sandbox in enumerate(idle) if sandbox is self._prepared]
+                sandbox = idle.pop(ahead[0] if ahead else -1)
             # Its last call's tail may still be finishing, and may retire it.
             sandbox.settle()
             if sandbox.usable():

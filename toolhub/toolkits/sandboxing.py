@@ -110,6 +110,22 @@ def warm_pool() -> WarmPool | None:
     return _warm[1]
 
 
+def prepare_warm() -> None:
+    """Have this process's warm pool fork the next call's process ahead, on an idle sandbox
+    of the last call's environment and policy (WarmPool.prepare); a no-op without warm
+    sandboxes, or with none idle for it."""
+    pool = warm_pool() if _warm is not None else None
+    if pool is not None:
+        pool.prepare()
+
+
+def unprepare_warm() -> None:
+    """Kill the process prepare_warm forked, if no call took it."""
+    pool = warm_pool() if _warm is not None else None
+    if pool is not None:
+        pool.unprepare()
+
+
 def run(
     *,
     revision: Revision,

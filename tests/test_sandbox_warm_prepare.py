@@ -1,0 +1,198 @@
+# ruff: noqa: F811 - the fixtures imported from tests/test_sandbox_warm.py
+"""A warm call's process forked ahead (WarmSandbox.prepare, WarmPool.prepare): while a worker
+takes the invocation from the database, the fork server already forks the process its call
+will run in, with nothing of a toolkit in it; the call brings its source. Real sandboxes, as in
+tests/test_sandbox_warm.py: the call runs the source it brings, in the process forked ahead
+and in no other; one that no call takes is killed and leaves nothing; a call of another
+environment, or with other limits, never gets it; and the worker forks one for each message.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.sandbox_fixtures"]
+
+from tests.test_sandbox_warm import LIMITS, _only_sandbox, _result, call, pool  # noqa: E402,F401 - fixtures
+from toolhub.sandbox.warm import WarmSandbox, _descendants  # noqa: E402
+from toolhub.sandbox.warm_pool import WarmPool  # noqa: E402
+
+pytestmark = pytest.mark.sandbox
+
+WHO = """
+import os, resource
+
+class Tools:
+    def go(self) -> list:
+        return ["@NAME@", os.getpid(), resource.getrlimit(resource.RLIMIT_CPU)[0]]
+"""
+
+
+def _who(name: str) -> str:
+    return WHO.replace("@NAME@", name)
+
+
+def _inside(sandbox: WarmSandbox, *, count: int, timeout: float = 2.0) -> list[int]:
+    """The processes below bubblewrap (the fork server first), once there are `count`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        below = _descendants(sandbox.process.pid)[1:]
+        if len(below) == count or time.monotonic() > deadline:
+            return below
+        time.sleep(0.01)
+
+
+def _namespace_pid(host_pid: int) -> int:
+    for line in Path(f"/proc/{host_pid}/status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return int(line.split()[-1])
+    raise AssertionError(f"no NSpid for {host_pid}")
+
+
+def test_a_call_runs_the_source_it_brings_in_the_process_forked_ahead(call, pool: WarmPool) -> None:
+    assert _result(call(_who("first")))[0] == "first"
+    sandbox = _only_sandbox(pool)
+    # Not while the last call's tail is being finished: then the next call's process is forked
+    # when it comes, as without preparing.
+    if not sandbox._settled.is_set():
+        assert not pool.prepare()
+    sandbox.settle()
+    assert pool.prepare()
+    forkserver, ahead = _inside(sandbox, count=2)
+    assert _descendants(sandbox.process.pid)[1] == forkserver
+    # A new revision's source after the process was forked: the call runs it, in that process.
+    name, pid, _cpu = _result(call(_who("second")))
+    assert (name, pid) == ("second", _namespace_pid(ahead))
+    assert _only_sandbox(pool) is sandbox and sandbox.calls == 2 and pool.started == 1
+    # Nothing of it is left, and the next call is a fresh fork.
+    assert _inside(sandbox, count=1) == [forkserver]
+    assert _result(call(_who("third")))[1] != pid
+
+
+def test_a_process_forked_ahead_that_no_call_takes_is_killed_and_leaves_nothing(call, pool: WarmPool) -> None:
+    _result(call(_who("first")))
+    sandbox = _only_sandbox(pool)
+    sandbox.settle()
+    assert pool.prepare()
+    forkserver, _ahead = _inside(sandbox, count=2)
+
+    pool.unprepare()
+    sandbox.settle()
+    assert _inside(sandbox, count=1) == [forkserver]
+    assert sandbox.usable() and not sandbox.problems and sandbox.calls == 1
+    assert _result(call(_who("next")))[0] == "next"
+    assert _only_sandbox(pool) is sandbox and pool.started == 1
+
+
+def test_preparing_starts_no_sandbox_and_forks_one_process_at_a_time(call, pool: WarmPool) -> None:
+    assert not pool.prepare()  # no call yet: nothing to guess from
+    assert pool.started == 0 and pool.idle() == []
+    _result(call(_who("first")))
+    sandbox = _only_sandbox(pool)
+    sandbox.settle()
+    assert pool.prepare()
+    assert not pool.prepare() and not sandbox.prepare(LIMITS)
+    assert len(_inside(sandbox, count=2)) == 2
+    pool.unprepare()
+    sandbox.settle()
+    assert len(_inside(sandbox, count=1)) == 1
+
+
+def test_a_call_of_another_environment_never_gets_the_process_forked_ahead(
+    call, pool: WarmPool, sandbox_env: Path, sandbox_runtime: Path, tmp_path: Path
+) -> None:
+    _result(call(_who("first")))
+    sandbox = _only_sandbox(pool)
+    sandbox.settle()
+    assert pool.prepare()
+    forkserver, _ahead = _inside(sandbox, count=2)
+
+    # Other limits that key a sandbox: another sandbox, and the process forked ahead is killed.
+    other = replace(LIMITS, processes=LIMITS.processes + 1)
+    assert _result(call(_who("other"), limits=other))[0] == "other"
+    assert pool.started == 2 and pool._prepared is None
+    sandbox.settle()
+    # The first sandbox may have been stopped for the second one's uid (a uid of the last
+    # test's sandboxes can still look busy): then nothing of it is left at all.
+    if sandbox.retired:
+        assert sandbox.process.poll() is not None
+    else:
+        assert _inside(sandbox, count=1) == [forkserver]
+        assert sandbox.usable() and not sandbox.problems and sandbox.calls == 1
+
+
+def test_a_call_with_other_limits_on_the_same_sandbox_gets_a_process_of_its_own(call, pool: WarmPool) -> None:
+    # The CPU time limit does not key a sandbox, but it is set in the process when it is forked.
+    _result(call(_who("first")))
+    sandbox = _only_sandbox(pool)
+    sandbox.settle()
+    assert pool.prepare()
+    _forkserver, ahead = _inside(sandbox, count=2)
+    ahead_pid = _namespace_pid(ahead)
+
+    name, pid, cpu = _result(call(_who("stricter"), limits=replace(LIMITS, cpu_seconds=2)))
+    assert (name, cpu) == ("stricter", 2) and pid != ahead_pid
+    assert _only_sandbox(pool) is sandbox and sandbox.calls == 2 and not sandbox.problems
+
+
+def test_a_retired_sandbox_takes_its_process_forked_ahead_with_it(call, pool: WarmPool) -> None:
+    _result(call(_who("first")))
+    sandbox = _only_sandbox(pool)
+    sandbox.settle()
+    assert pool.prepare()
+    _inside(sandbox, count=2)
+    pool.close()
+    assert sandbox.retired and sandbox.process.poll() is not None
+    # The pool fixture checks that no process of the sandbox users is left.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_worker_forks_a_call_s_process_while_it_takes_the_invocation(upload, build, alice, settings, monkeypatch) -> None:
+    from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes
+    from toolhub.runs import engine
+    from toolhub.runs.models import Invocation, RunStatus
+    from toolhub.runs.services import invocation_create
+    from toolhub.runs.tasks import run_invocation
+    from toolhub.toolkits import sandboxing
+
+    require_sandbox()
+    settings.TOOLHUB_SANDBOX_WARM = 1
+    toolkit = build(upload(alice, _who("worker")))
+
+    def run() -> Invocation:
+        invocation = invocation_create(toolkit=toolkit, tool="go", arguments={}, user=alice)
+        run_invocation.run(str(invocation.id))
+        invocation.refresh_from_db()
+        assert invocation.status == RunStatus.SUCCEEDED, invocation.error
+        return invocation
+
+    try:
+        run()
+        pool = sandboxing.warm_pool()
+        assert pool is not None
+        [sandbox] = pool.idle()
+        sandbox.settle()
+        forkserver = _inside(sandbox, count=1)[0]
+        prepared: list[bool] = []
+        prepare = WarmSandbox.prepare
+        monkeypatch.setattr(WarmSandbox, "prepare", lambda self, limits: prepared.append(prepare(self, limits)) or prepared[-1])
+
+        second = run()
+        assert prepared == [True] and pool._prepared is None and sandbox.calls == 2
+        sandbox.settle()
+        # A message whose invocation another message's run already took: the process forked
+        # for it is killed unused.
+        engine.run_next(str(second.id))
+        assert prepared == [True, True] and pool._prepared is None
+        sandbox.settle()
+        assert _inside(sandbox, count=1) == [forkserver] and sandbox.calls == 2 and not sandbox.problems
+    finally:
+        pool = sandboxing.warm_pool()
+        if pool is not None:
+            pool.close()
+        sandboxing._warm = None
+        assert wait_for_no_sandbox_processes() == []
