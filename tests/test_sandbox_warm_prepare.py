@@ -53,6 +53,17 @@ def _namespace_pid(host_pid: int) -> int:
     raise AssertionError(f"no NSpid for {host_pid}")
 
 
+def _prepared_after_a_call(call, pool: WarmPool) -> tuple[WarmSandbox, int, int]:
+    """One call, then the next call's process forked ahead on its sandbox: the sandbox, and
+    the host pids of its fork server and of that process."""
+    _result(call(_who("first")))
+    sandbox = _only_sandbox(pool)
+    sandbox.settle()
+    assert pool.prepare()
+    forkserver, ahead = _inside(sandbox, count=2)
+    return sandbox, forkserver, ahead
+
+
 def test_a_call_runs_the_source_it_brings_in_the_process_forked_ahead(call, pool: WarmPool) -> None:
     assert _result(call(_who("first")))[0] == "first"
     sandbox = _only_sandbox(pool)
@@ -74,11 +85,7 @@ def test_a_call_runs_the_source_it_brings_in_the_process_forked_ahead(call, pool
 
 
 def test_a_process_forked_ahead_that_no_call_takes_is_killed_and_leaves_nothing(call, pool: WarmPool) -> None:
-    _result(call(_who("first")))
-    sandbox = _only_sandbox(pool)
-    sandbox.settle()
-    assert pool.prepare()
-    forkserver, _ahead = _inside(sandbox, count=2)
+    sandbox, forkserver, _ahead = _prepared_after_a_call(call, pool)
 
     pool.unprepare()
     sandbox.settle()
@@ -105,11 +112,7 @@ def test_preparing_starts_no_sandbox_and_forks_one_process_at_a_time(call, pool:
 def test_a_call_of_another_environment_never_gets_the_process_forked_ahead(
     call, pool: WarmPool, sandbox_env: Path, sandbox_runtime: Path, tmp_path: Path
 ) -> None:
-    _result(call(_who("first")))
-    sandbox = _only_sandbox(pool)
-    sandbox.settle()
-    assert pool.prepare()
-    forkserver, _ahead = _inside(sandbox, count=2)
+    sandbox, forkserver, _ahead = _prepared_after_a_call(call, pool)
 
     # Other limits that key a sandbox: another sandbox, and the process forked ahead is killed.
     other = replace(LIMITS, processes=LIMITS.processes + 1)
@@ -127,11 +130,7 @@ def test_a_call_of_another_environment_never_gets_the_process_forked_ahead(
 
 def test_a_call_with_other_limits_on_the_same_sandbox_gets_a_process_of_its_own(call, pool: WarmPool) -> None:
     # The CPU time limit does not key a sandbox, but it is set in the process when it is forked.
-    _result(call(_who("first")))
-    sandbox = _only_sandbox(pool)
-    sandbox.settle()
-    assert pool.prepare()
-    _forkserver, ahead = _inside(sandbox, count=2)
+    sandbox, _forkserver, ahead = _prepared_after_a_call(call, pool)
     ahead_pid = _namespace_pid(ahead)
 
     name, pid, cpu = _result(call(_who("stricter"), limits=replace(LIMITS, cpu_seconds=2)))
@@ -140,11 +139,7 @@ def test_a_call_with_other_limits_on_the_same_sandbox_gets_a_process_of_its_own(
 
 
 def test_a_retired_sandbox_takes_its_process_forked_ahead_with_it(call, pool: WarmPool) -> None:
-    _result(call(_who("first")))
-    sandbox = _only_sandbox(pool)
-    sandbox.settle()
-    assert pool.prepare()
-    _inside(sandbox, count=2)
+    sandbox, _forkserver, _ahead = _prepared_after_a_call(call, pool)
     pool.close()
     assert sandbox.retired and sandbox.process.poll() is not None
     # The pool fixture checks that no process of the sandbox users is left.
