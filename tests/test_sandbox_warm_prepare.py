@@ -67,10 +67,6 @@ def _prepared_after_a_call(call, pool: WarmPool) -> tuple[WarmSandbox, int, int]
 def test_a_call_runs_the_source_it_brings_in_the_process_forked_ahead(call, pool: WarmPool) -> None:
     assert _result(call(_who("first")))[0] == "first"
     sandbox = _only_sandbox(pool)
-    # Not while the last call's tail is being finished: then the next call's process is forked
-    # when it comes, as without preparing.
-    if not sandbox._settled.is_set():
-        assert not pool.prepare()
     sandbox.settle()
     assert pool.prepare()
     forkserver, ahead = _inside(sandbox, count=2)
@@ -93,6 +89,18 @@ def test_a_process_forked_ahead_that_no_call_takes_is_killed_and_leaves_nothing(
     assert sandbox.usable() and not sandbox.problems and sandbox.calls == 1
     assert _result(call(_who("next")))[0] == "next"
     assert _only_sandbox(pool) is sandbox and pool.started == 1
+
+
+def test_no_process_is_forked_ahead_while_the_last_call_s_tail_is_being_finished(call, pool: WarmPool) -> None:
+    _result(call(_who("first")))
+    sandbox = _only_sandbox(pool)
+    sandbox.settle()
+    sandbox._settled.clear()  # as while a tail is pending
+    try:
+        assert not sandbox.prepare(LIMITS) and not pool.prepare()
+        assert len(_inside(sandbox, count=1)) == 1
+    finally:
+        sandbox._settled.set()
 
 
 def test_preparing_starts_no_sandbox_and_forks_one_process_at_a_time(call, pool: WarmPool) -> None:
