@@ -71,9 +71,10 @@ def test_a_call_runs_the_source_it_brings_in_the_process_forked_ahead(call, pool
     assert pool.prepare()
     forkserver, ahead = _inside(sandbox, count=2)
     assert _descendants(sandbox.process.pid)[1] == forkserver
+    ahead_pid = _namespace_pid(ahead)  # read while it lives: after its call it may be gone
     # A new revision's source after the process was forked: the call runs it, in that process.
     name, pid, _cpu = _result(call(_who("second")))
-    assert (name, pid) == ("second", _namespace_pid(ahead))
+    assert (name, pid) == ("second", ahead_pid)
     assert _only_sandbox(pool) is sandbox and sandbox.calls == 2 and pool.started == 1
     # Nothing of it is left, and the next call is a fresh fork.
     assert _inside(sandbox, count=1) == [forkserver]
