@@ -258,8 +258,7 @@ def run_next(woken_by: str) -> None:
     woken = parse_invocation_id(woken_by)
     # The call's sandbox process is forked while the invocation is taken (most calls need the
     # environment the last one did); whatever does not use it kills it.
-    sandboxing.prepare_warm()
-    try:
+    with sandboxing.warm_ahead():
         while True:
             taken = _take(woken)
             if taken.abandoned:
@@ -271,8 +270,6 @@ def run_next(woken_by: str) -> None:
                 return
             # Another worker claimed it first: choose again.
             woken = None
-    finally:
-        sandboxing.unprepare_warm()
 
 
 def _take(woken) -> queue.Taken:

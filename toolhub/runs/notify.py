@@ -7,8 +7,8 @@ missed, and re-reads the row on each message (and at least every ``RECHECK_SECON
 a message was lost or a worker of an older release does not publish), unless the message
 carries the ended run's state itself (``publish(..., state)``). The creator of an invocation
 that waits for it subscribes before the row even exists (``listen``), and need neither wait for
-the confirmation nor read the row first. Without Redis (the filesystem broker) it polls as before. Publishing is best-effort: a lost message costs latency, never
-correctness.
+the confirmation nor read the row first. Without Redis (the filesystem broker) it polls as
+before. Publishing is best-effort: a lost message costs latency, never correctness.
 """
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ def listen(invocation_id: object) -> Listener | None:
     try:
         pubsub = _subscriber()
         return Listener(pubsub, invocation_id)
-    except Exception:  # noqa: BLE001 - Redis unavailable: the wait finds out for itself
-        logger.warning("could not subscribe to invocation %s ahead", invocation_id, exc_info=True)
+    except Exception:  # noqa: BLE001 - Redis unavailable: the wait polls
+        logger.warning("could not subscribe to invocation %s", invocation_id, exc_info=True)
         if pubsub is not None:
             _drop_subscriber(pubsub)
         return None
@@ -235,16 +235,15 @@ def wait(
 
 def _subscribe(invocation_id: object, seconds: float) -> Listener | None:
     """A subscription to the invocation's notices that Redis has confirmed, or None."""
-    listener = pubsub = None
+    listener = listen(invocation_id)
+    if listener is None:
+        return None
     try:
-        pubsub = _subscriber()
-        listener = Listener(pubsub, invocation_id)
         # Only once Redis confirms is a publication sure to reach us: read that first.
-        if not listener.confirm(min(RECHECK_SECONDS, seconds)):
-            raise ConnectionError("no subscription confirmation")
+        if listener.confirm(min(RECHECK_SECONDS, seconds)):
+            return listener
+        logger.warning("Redis did not confirm the subscription to invocation %s; polling", invocation_id)
     except Exception:  # noqa: BLE001 - Redis unavailable: poll instead
         logger.warning("could not subscribe to invocation %s; polling", invocation_id, exc_info=True)
-        if pubsub is not None:
-            _drop_subscriber(pubsub)
-        return None
-    return listener
+    listener.close(broken=True)
+    return None

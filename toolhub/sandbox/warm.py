@@ -458,24 +458,33 @@ class WarmSandbox:
 
     def _discard(self, prepared: _Prepared) -> None:
         try:
-            reply, fds = self._receive(_CONTROL_TIMEOUT)
-            if reply is None or reply.get("op") != "prepared" or fds:
-                raise RuntimeError(f"the fork server did not prepare the call: {reply}")
+            self._expect_prepared()
             self.control.settimeout(_CONTROL_TIMEOUT)
             self.control.sendall(b'{"op": "discard"}\n')
+            done: dict = {}
             for expected in ("started", "exited", "done"):
                 reply, fds = self._receive(_CONTROL_TIMEOUT + _KILL_PATIENCE)
                 for fd in fds:
                     os.close(fd)
                 if reply is None or reply.get("op") != expected:
                     raise RuntimeError(f"the fork server did not end the prepared call: {reply}")
-            self.problems += [str(problem) for problem in reply.get("problems") or []]
+                done = reply
+            self.problems += [str(problem) for problem in done.get("problems") or []]
         except Exception as exc:  # noqa: BLE001 - any surprise retires the sandbox
             self.problems.append(f"discarding a prepared call failed: {exc!r}")
         finally:
             prepared.close()
             if self.problems:
                 self.retire()
+
+    def _expect_prepared(self) -> None:
+        """Read the fork server's "prepared" (which a "prepare" is answered with); OSError if
+        anything else comes."""
+        reply, fds = self._receive(_CONTROL_TIMEOUT)
+        for fd in fds:
+            os.close(fd)
+        if reply is None or reply.get("op") != "prepared" or fds:
+            raise OSError(f"the fork server did not prepare the call: {reply}")
 
     def usable(self) -> bool:
         return (
@@ -512,11 +521,7 @@ class WarmSandbox:
             if prepared is not None:
                 stdin_w, stdout_r, stderr_r = prepared.stdin_fd, prepared.stdout_fd, prepared.stderr_fd
                 ours += [stdin_w, stdout_r, stderr_r]
-                reply, fds = self._receive(_CONTROL_TIMEOUT)
-                if reply is None or reply.get("op") != "prepared" or fds:
-                    for fd in fds:
-                        os.close(fd)
-                    raise OSError(f"the fork server did not prepare the call: {reply}")
+                self._expect_prepared()
                 message: dict = {"op": "call"}
             else:
                 stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)

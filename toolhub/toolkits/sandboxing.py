@@ -8,7 +8,8 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -110,19 +111,19 @@ def warm_pool() -> WarmPool | None:
     return _warm[1]
 
 
-def prepare_warm() -> None:
-    """Have this process's warm pool fork the next call's process ahead, on an idle sandbox
-    of the last call's environment and policy (WarmPool.prepare); a no-op without warm
-    sandboxes, or with none idle for it."""
+@contextmanager
+def warm_ahead() -> Iterator[None]:
+    """While inside: this process's warm pool has the next call's process forked ahead, on an
+    idle sandbox of the last call's environment and policy (WarmPool.prepare); on the way out,
+    one that no call took is killed. A no-op without warm sandboxes, or with none idle for it."""
     pool = warm_pool() if _warm is not None else None
-    if pool is not None:
-        pool.prepare()
-
-
-def unprepare_warm() -> None:
-    """Kill the process prepare_warm forked, if no call took it."""
-    pool = warm_pool() if _warm is not None else None
-    if pool is not None:
+    if pool is None:
+        yield
+        return
+    pool.prepare()
+    try:
+        yield
+    finally:
         pool.unprepare()
 
 
