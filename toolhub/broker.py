@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from celery import current_app
 
+# Celery's own bound for the arguments' repr in a message (its argsrepr_maxsize).
+ARGSREPR_MAX = 1024
+
 
 def send(task_name: str, *args: object) -> None:
     """Publish a task by name (routed by settings.CELERY_TASK_ROUTES). Raises kombu's
@@ -12,10 +15,18 @@ def send(task_name: str, *args: object) -> None:
 
     Left to itself, kombu retries a new broker connection for about six seconds before it
     gives up, and an API caller waits all that time for its 503. One quick retry is enough to
-    ride out a broker that just restarted."""
+    ride out a broker that just restarted.
+
+    The message's `argsrepr` (what a worker logs and monitoring shows) is the plain repr of
+    the arguments, cut at Celery's own bound: Celery's default, its `saferepr`, took about
+    0.5 ms of the ~1.4 ms a send costs in the web process, on every tool call's path."""
+    arguments = list(args)
     # kombu's pool hands out Connections (its stubs say Producer).
     with current_app.pool.acquire(block=True) as connection:
         connection.ensure_connection(  # type: ignore[attr-defined]
             max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2
         )
-        current_app.send_task(task_name, args=list(args), retry=False, connection=connection)  # type: ignore[arg-type]
+        current_app.send_task(
+            task_name, args=arguments, retry=False, connection=connection,  # type: ignore[arg-type]
+            argsrepr=repr(arguments)[:ARGSREPR_MAX], kwargsrepr="{}",
+        )
