@@ -17,7 +17,7 @@ import pytest
 
 pytest_plugins = ["tests.sandbox_fixtures"]
 
-from tests.test_sandbox_warm import LIMITS, _only_sandbox, _result, call, pool  # noqa: E402,F401 - fixtures
+from tests.test_sandbox_warm import ECHO, LIMITS, _only_sandbox, _result, call, pool  # noqa: E402,F401 - fixtures
 from toolhub.sandbox.warm import WarmSandbox, _descendants  # noqa: E402
 from toolhub.sandbox.warm_pool import WarmPool  # noqa: E402
 
@@ -92,16 +92,37 @@ def test_a_process_forked_ahead_that_no_call_takes_is_killed_and_leaves_nothing(
     assert _only_sandbox(pool) is sandbox and pool.started == 1
 
 
-def test_no_process_is_forked_ahead_while_the_last_call_s_tail_is_being_finished(call, pool: WarmPool) -> None:
-    _result(call(_who("first")))
+SLOW_EXIT = """
+import atexit, os, time
+
+class Tools:
+    def go(self) -> int:
+        # The answer comes at the result; the process then takes a while to exit (the tail).
+        atexit.register(time.sleep, 0.3)
+        return os.getpid()
+"""
+
+
+def test_a_process_forked_ahead_behind_the_last_call_s_tail_starts_only_once_the_tail_is_done(
+    call, pool: WarmPool
+) -> None:
+    # A worker whose queue is full takes its next task while the last call's tail is still being
+    # finished: the process is forked ahead, but only once nothing of the last call is left.
+    _result(call(ECHO, arguments={"text": "x"}))
     sandbox = _only_sandbox(pool)
     sandbox.settle()
-    sandbox._settled.clear()  # as while a tail is pending
-    try:
-        assert not sandbox.prepare(LIMITS) and not pool.prepare()
-        assert len(_inside(sandbox, count=1)) == 1
-    finally:
-        sandbox._settled.set()
+    last = _result(call(SLOW_EXIT))
+    assert not sandbox._settled.is_set(), "the tail should still be pending"
+    assert pool.prepare()
+    forkserver, exiting = _inside(sandbox, count=2)
+    assert str(_namespace_pid(exiting)) == str(last)
+    assert len(_descendants(sandbox.process.pid)[1:]) == 2  # nothing forked ahead yet
+    sandbox.settle()
+    forkserver_after, ahead = _inside(sandbox, count=2)
+    assert forkserver_after == forkserver and ahead != exiting
+    ahead_pid = _namespace_pid(ahead)
+    name, pid, _cpu = _result(call(_who("next")))
+    assert (name, pid) == ("next", ahead_pid) and pool.started == 1
 
 
 def test_preparing_starts_no_sandbox_and_forks_one_process_at_a_time(call, pool: WarmPool) -> None:

@@ -128,9 +128,13 @@ class WarmSandbox:
         self._reservation = None
         self._endpoint: EgressEndpoint | None = None
         # The tails of calls that answered early, finished one after the other by a thread of
-        # the sandbox's own (started with it: starting one per call would hold up the answer);
-        # clear while one is pending.
-        self._tails: queue.SimpleQueue[_CallSession | _Prepared | None] = queue.SimpleQueue()
+        # the sandbox's own (started with it: starting one per call would hold up the answer),
+        # and what waits for them (a process to fork ahead, or one forked ahead to kill);
+        # `_settled` is clear while any of them is pending.
+        self._tails: queue.SimpleQueue[_CallSession | _Prepared | _Ahead | None] = queue.SimpleQueue()
+        self._pending = 0
+        self._pending_lock = threading.Lock()
+        self._tails_closed = False
         # The process of the next call, forked ahead (prepare), until a call takes it.
         self._prepared: _Prepared | None = None
         self._settled = threading.Event()
@@ -347,8 +351,7 @@ class WarmSandbox:
                 egress = self._end_egress_call()
                 self._end_call()
             else:
-                self._settled.clear()
-                self._tails.put(tail)
+                self._queue(tail)
         result.egress = egress
         return result
 
@@ -377,18 +380,58 @@ class WarmSandbox:
 
     def settle(self) -> None:
         """Wait for the last call's tail, if it answered early (the tail is bounded by the call's
-        exit grace and the kill's patience)."""
+        exit grace and the kill's patience), and for what was queued behind it."""
         if threading.current_thread() is not self._tail_thread:
             self._settled.wait()
+
+    def _queue(self, item: _CallSession | _Prepared | _Ahead) -> None:
+        """Hand `item` to the tail thread, after whatever it has still to finish (nothing is
+        left to do once the sandbox is retired and the thread has ended)."""
+        with self._pending_lock:
+            if not self._tails_closed:
+                self._pending += 1
+                self._settled.clear()
+                self._tails.put(item)
+                return
+        self._drop(item)
+
+    @staticmethod
+    def _drop(item: _CallSession | _Prepared | _Ahead | None) -> None:
+        if isinstance(item, _Prepared):
+            item.close()
+        elif isinstance(item, _CallSession):
+            item.close()
 
     def _finish_tails(self) -> None:
         while (item := self._tails.get()) is not None:
             try:
                 if isinstance(item, _Prepared):
                     self._discard(item)
+                elif isinstance(item, _Ahead):
+                    if not self.busy and self._prepared is None and self.usable():
+                        self._prepare_now(item.limits)
                 else:
                     self._finish(item)
+            except Exception as exc:  # noqa: BLE001 - the thread must go on serving the sandbox
+                self.problems.append(f"the tail thread failed: {exc!r}")
             finally:
+                with self._pending_lock:
+                    self._pending -= 1
+                    if self._pending == 0:
+                        self._settled.set()
+        # Retired: whatever was queued after the end is dropped (its processes died with the
+        # sandbox), and nothing is queued from now on.
+        with self._pending_lock:
+            self._tails_closed = True
+            while True:
+                try:
+                    left = self._tails.get_nowait()
+                except queue.Empty:
+                    break
+                if left is not None:
+                    self._pending -= 1
+                    self._drop(left)
+            if self._pending == 0:
                 self._settled.set()
 
     def _finish(self, session: _CallSession) -> None:
@@ -420,9 +463,21 @@ class WarmSandbox:
         process's start are then off the call's path. The process waits for its request;
         the next ``call`` with the same limits takes it, anything else kills it unused
         (``discard_prepared``). Nothing of a toolkit is in it until then: the source comes
-        with the call. Whether it was prepared (not on a busy, retired or prepared sandbox)."""
-        if self.busy or self.retired or self._prepared is not None or not self._settled.is_set() or not self.usable():
+        with the call. Whether it was prepared (not on a busy, retired or prepared sandbox).
+
+        While the last call's tail is still being finished (a worker whose queue is full takes
+        its next task at once), the process is forked by the tail thread right after it, never
+        before: nothing of the last call is left when it starts. ``settle`` waits for both."""
+        tail_pending = not self._settled.is_set()
+        # Busy until its tail is finished: a call in progress is busy with nothing pending.
+        if (self.busy and not tail_pending) or self.retired or self._prepared is not None or not self.usable():
             return False
+        if tail_pending:
+            self._queue(_Ahead(limits))
+            return True
+        return self._prepare_now(limits)
+
+    def _prepare_now(self, limits: Limits) -> bool:
         ours: list[int] = []
         theirs: list[int] = []
         try:
@@ -450,11 +505,12 @@ class WarmSandbox:
 
     def discard_prepared(self) -> None:
         """Kill the process ``prepare`` forked, unused, on the sandbox's tail thread (the next
-        call, retirement or take from the pool waits for that)."""
+        call, retirement or take from the pool waits for that). One still to be forked behind a
+        tail is forked and then killed in turn (it would otherwise outlive this)."""
+        self.settle()
         prepared, self._prepared = self._prepared, None
         if prepared is not None:
-            self._settled.clear()
-            self._tails.put(prepared)
+            self._queue(prepared)
 
     def _discard(self, prepared: _Prepared) -> None:
         try:
@@ -687,6 +743,13 @@ class WarmSandbox:
         if reservation is not None:
             reservation.release()
             self._reservation = None
+
+
+@dataclass
+class _Ahead:
+    """A process to fork ahead once the last call's tail is finished (WarmSandbox.prepare)."""
+
+    limits: Limits
 
 
 @dataclass
