@@ -30,10 +30,13 @@ baseline's):
 
 Then invocations per second: N calls submitted with `"wait": false`, timed until the last one
 has finished, with one worker process of concurrency 1 and of concurrency 2, cold and warm
-(this includes the bench's own serial submissions through the API); the worker host alone, N
-calls queued first and then a warm worker of concurrency 2 started, from its first claim to its
-last end; and the memory one idle warm sandbox costs (PSS and RSS of bubblewrap and everything
-below it, and the sandbox's memory cgroup usage).
+(this includes the bench's own serial submissions through the API); the worker host alone,
+warm: N invocations queued in the database, then all their tasks sent at once to the warm worker
+of concurrency 2 (its processes' sandboxes started by the rows before), from the first claim to
+the last end; the same just after a start: N calls queued first and then a worker of concurrency
+2 started, which warms its sandboxes while it takes the first calls; and the memory one idle
+warm sandbox costs (PSS and RSS of bubblewrap and everything below it, and the sandbox's memory
+cgroup usage).
 
 Everything is scratch: a fresh data directory under /tmp (its environment is built from the
 offline wheelhouse, `.data/wheelhouse`), a fresh SQLite database migrated here, and, without
@@ -367,22 +370,56 @@ def end_to_end(client, headers: dict, toolkit, runs: int) -> tuple[list[float], 
 
 
 def worker_host_rate(scratch: Scratch, user, toolkit, count: int, concurrency: int) -> float:
-    """Invocations per second of one worker host alone: `count` calls queued first (through
-    the services the API uses), then a warm worker started, from its first claim to its last
+    """Invocations per second of one worker host alone, just after its start: `count` calls
+    queued first (through the services the API uses), then a worker started, which starts its
+    processes' sandboxes while it takes the first calls; from its first claim to its last
     recorded end. What the API can accept per second is the throughput rows' limit, not this."""
-    from toolhub.runs.models import Invocation
     from toolhub.runs.services import invocation_create
 
     ids = [str(invocation_create(toolkit=toolkit, tool="echo", arguments=ARGUMENTS, user=user).id) for _ in range(count)]
     worker = Worker(scratch, concurrency=concurrency, warm=True)
     try:
-        deadline = time.monotonic() + STUCK_AFTER_SECONDS + count
-        while Invocation.objects.filter(pk__in=ids, finished_at__isnull=True).exists():
-            if time.monotonic() > deadline:
-                raise SystemExit("queued invocations did not finish in time")
-            time.sleep(0.05)
+        _wait_for_all(ids)
     finally:
         worker.stop()
+    return _drained_rate(ids)
+
+
+def sent_at_once_rate(user, toolkit, count: int) -> float:
+    """Invocations per second of the worker host alone, warm (the running worker's processes
+    have their sandboxes): `count` invocations queued in the database first, then all their
+    tasks sent at once (each send ~1 ms of this process, while the worker already takes the
+    first ones); from the first claim to the last recorded end."""
+    from toolhub import broker
+    from toolhub.runs.models import Invocation
+    from toolhub.runs.tasks import run_invocation
+
+    revision = toolkit.current_revision
+    ids = [
+        str(Invocation.objects.create(toolkit=toolkit, revision=revision, tool="echo", arguments=ARGUMENTS, user=user).id)
+        for _ in range(count)
+    ]
+    for pk in ids:
+        broker.send(run_invocation.name, pk)
+    _wait_for_all(ids)
+    return _drained_rate(ids)
+
+
+def _wait_for_all(ids: list[str]) -> None:
+    from toolhub.runs.models import Invocation
+
+    deadline = time.monotonic() + STUCK_AFTER_SECONDS + len(ids)
+    while Invocation.objects.filter(pk__in=ids, finished_at__isnull=True).exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("queued invocations did not finish in time")
+        time.sleep(0.05)
+
+
+def _drained_rate(ids: list[str]) -> float:
+    """The invocations' count over the time from the first one's claim to the last one's end."""
+    from toolhub.runs.models import Invocation
+
+    count = len(ids)
     finished = Invocation.objects.filter(pk__in=ids)
     if finished.exclude(status="succeeded").exists():
         raise SystemExit("some queued invocations did not succeed")
@@ -481,8 +518,11 @@ def main() -> None:
             workers.append(Worker(scratch, concurrency=2, warm=warm_worker))
             throughput(client, headers, toolkit, 4)  # warm-up: both worker processes start a sandbox
             rates.append((f"invocations/s, {kind}, 1 worker, concurrency 2", throughput(client, headers, toolkit, args.throughput)))
+            if warm_worker:
+                rates.append(("invocations/s, warm host, all sent at once, c. 2",
+                              sent_at_once_rate(user, toolkit, args.throughput)))
             workers.pop().stop()
-        rates.append(("invocations/s, warm, queued first, concurrency 2",
+        rates.append(("invocations/s, queued first, then started, c. 2",
                       worker_host_rate(scratch, user, toolkit, args.throughput, concurrency=2)))
 
         baseline = statistics.median(warm)
