@@ -36,18 +36,27 @@ BUSY = (RunStatus.RUNNING, RunStatus.AWAITING_INPUT)
 
 
 class Invocation(models.Model):
+    # The foreign keys of toolkit, user and client are looked up through the composite indexes
+    # that start with them (Meta.indexes), not indexes of their own: every insert and every
+    # non-HOT update (a run's claim and its end) writes each index of the table, and these
+    # three were the composite ones' leading columns again.
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    toolkit = models.ForeignKey("toolkits.Toolkit", on_delete=models.CASCADE, related_name="invocations")
+    toolkit = models.ForeignKey(
+        "toolkits.Toolkit", on_delete=models.CASCADE, related_name="invocations", db_index=False
+    )
     revision = models.ForeignKey("toolkits.Revision", on_delete=models.CASCADE, related_name="invocations")
     tool = models.CharField(max_length=200)
     arguments = OrderedJSONField(default=dict)
     # Advanced inputs of a test run (Open WebUI's __messages__ and __files__).
     messages = models.JSONField(default=list, blank=True)
     files = models.JSONField(default=list, blank=True)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="invocations")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="invocations", db_index=False
+    )
     # The client credential that called for the user (an LLM app), if any, and the surface.
     client = models.ForeignKey(
-        "accounts.ClientCredential", null=True, blank=True, on_delete=models.SET_NULL, related_name="invocations"
+        "accounts.ClientCredential", null=True, blank=True, on_delete=models.SET_NULL, related_name="invocations",
+        db_index=False,
     )
     surface = models.CharField(max_length=10, choices=Surface.choices, default=Surface.API)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
