@@ -7,8 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-import uuid
 
 import pytest
 from django.db import connection
@@ -101,91 +99,3 @@ def test_a_pool_that_cannot_connect_gets_503_not_500():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"status": 503, "retry_after": "1"}
-
-
-def _admin_connection():
-    import psycopg
-
-    return psycopg.connect(_database_url().replace("postgres://", "postgresql://", 1), autocommit=True)
-
-
-def _last_query(admin, pid: int) -> str:
-    return admin.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone()[0]
-
-
-def _terminate(admin, pid: int) -> None:
-    admin.execute("SELECT pg_terminate_backend(%s)", [pid])
-    deadline = time.monotonic() + 5
-    while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
-        assert time.monotonic() < deadline, "the backend did not end"
-        time.sleep(0.02)
-
-
-@pytest.fixture
-def pool(postgres):
-    from psycopg_pool import ConnectionPool
-
-    from toolhub.db.postgresql.base import check
-
-    with ConnectionPool(
-        _database_url().replace("postgres://", "postgresql://", 1), min_size=1, max_size=1,
-        kwargs={"autocommit": True}, check=check, timeout=5,
-    ) as opened:
-        yield opened
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_pool_hands_out_a_healthy_connection_without_a_round_trip(pool):
-    # Django's own check (CONN_HEALTH_CHECKS) sent an empty query before every request's first.
-    marker = f"SELECT 'marker {uuid.uuid4().hex}'"
-    with pool.connection() as conn:
-        conn.execute(marker)
-        pid = conn.info.backend_pid
-    with _admin_connection() as admin, pool.connection() as conn:
-        assert conn.info.backend_pid == pid
-        assert _last_query(admin, pid) == marker
-
-
-@pytest.mark.django_db(transaction=True)
-def test_the_pool_replaces_a_connection_the_server_ended(pool):
-    with pool.connection() as conn:
-        pid = conn.info.backend_pid
-    with _admin_connection() as admin:
-        _terminate(admin, pid)
-    with pool.connection() as conn:
-        assert conn.execute("SELECT 1").fetchone() == (1,)
-        assert conn.info.backend_pid != pid
-
-
-WEB_AFTER_TERMINATION = """
-import json
-import time
-import psycopg
-import toolhub.asgi
-from django.db import connection
-
-def backend():
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        pid = cursor.fetchone()[0]
-    connection.close()  # what the end of each request does
-    return pid
-
-first = backend()
-with psycopg.connect(connection.settings_dict["NAME"] and "dbname=" + connection.settings_dict["NAME"]
-                     + " host=" + (connection.settings_dict["HOST"] or "") + " user=" + (connection.settings_dict["USER"] or ""),
-                     autocommit=True) as admin:
-    admin.execute("SELECT pg_terminate_backend(%s)", [first])
-    while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [first]).fetchone():
-        time.sleep(0.02)
-second = backend()
-print(json.dumps({"replaced": second != first, "engine": connection.settings_dict["ENGINE"],
-                  "checked": connection.pool._check.__module__}))
-"""
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_request_after_the_server_ended_the_pooled_connection_gets_a_new_one(postgres):
-    assert _run(WEB_AFTER_TERMINATION) == {
-        "replaced": True, "engine": "toolhub.db.postgresql", "checked": "toolhub.db.postgresql.base",
-    }

@@ -36,6 +36,8 @@ def _no_database_pool(**kwargs) -> None:
             # Only PostgreSQL's wrapper has a pool.
             database.close_pool()  # type: ignore[attr-defined]
             del database.settings_dict["OPTIONS"]["pool"]
+            # Turned on with the pool, for the pool's check of each connection it hands out.
+            database.settings_dict["CONN_HEALTH_CHECKS"] = False
 
 
 @worker_init.connect

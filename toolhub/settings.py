@@ -130,15 +130,11 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 # The web entry points (toolhub/asgi.py, wsgi.py) turn it on; a process that forks after
 # connecting must not have one (a pool's connections and threads do not survive a fork), so
 # Celery workers drop it before they start (toolhub.celery). TOOLHUB_DB_POOL=0 turns it off.
-# A pooled connection is checked before each use, so a restarted server costs no error; the
-# check (toolhub.db.postgresql, Django's backend otherwise) makes a round trip only for a
-# connection the server has said something on, where Django's own (CONN_HEALTH_CHECKS) made one
-# before every request.
+# A pooled connection is checked before each use, so a restarted server costs no error.
 TOOLHUB_DB_POOL = env.bool("TOOLHUB_DB_POOL", default=False)
-if TOOLHUB_DB_POOL and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"]["ENGINE"] = "toolhub.db.postgresql"
+if TOOLHUB_DB_POOL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
         "max_size": env.int("TOOLHUB_DB_POOL_SIZE", default=10),
