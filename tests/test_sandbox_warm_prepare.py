@@ -9,6 +9,7 @@ environment, or with other limits, never gets it; and the worker forks one for e
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 pytest_plugins = ["tests.sandbox_fixtures"]
 
 from tests.test_sandbox_warm import ECHO, LIMITS, _only_sandbox, _result, call, pool  # noqa: E402,F401 - fixtures
-from toolhub.sandbox.warm import WarmSandbox, _descendants  # noqa: E402
+from toolhub.sandbox.warm import WarmSandbox, _Ahead, _descendants  # noqa: E402
 from toolhub.sandbox.warm_pool import WarmPool  # noqa: E402
 
 pytestmark = pytest.mark.sandbox
@@ -123,6 +124,23 @@ def test_a_process_forked_ahead_behind_the_last_call_s_tail_starts_only_once_the
     ahead_pid = _namespace_pid(ahead)
     name, pid, _cpu = _result(call(_who("next")))
     assert (name, pid) == ("next", ahead_pid) and pool.started == 1
+
+
+def test_what_reaches_a_retired_sandbox_s_tail_thread_is_dropped_and_never_waited_for(call, pool: WarmPool) -> None:
+    # A tail that retires its sandbox ends the tail thread, while the worker may just have asked
+    # for a process forked ahead behind that tail: it must neither be forked nor be waited for.
+    _result(call(ECHO, arguments={"text": "x"}))
+    sandbox = _only_sandbox(pool)
+    sandbox.settle()
+    sandbox.retire()
+    sandbox._tail_thread.join(5)
+    assert not sandbox._tail_thread.is_alive()
+    sandbox._queue(_Ahead(LIMITS))
+    settled = threading.Thread(target=sandbox.settle, daemon=True)
+    settled.start()
+    settled.join(5)
+    assert not settled.is_alive(), "settle waited for work no thread will do"
+    assert sandbox._prepared is None and sandbox.process.poll() is not None
 
 
 def test_preparing_starts_no_sandbox_and_forks_one_process_at_a_time(call, pool: WarmPool) -> None:

@@ -397,9 +397,7 @@ class WarmSandbox:
 
     @staticmethod
     def _drop(item: _CallSession | _Prepared | _Ahead | None) -> None:
-        if isinstance(item, _Prepared):
-            item.close()
-        elif isinstance(item, _CallSession):
+        if isinstance(item, (_Prepared, _CallSession)):
             item.close()
 
     def _finish_tails(self) -> None:
@@ -421,18 +419,21 @@ class WarmSandbox:
                         self._settled.set()
         # Retired: whatever was queued after the end is dropped (its processes died with the
         # sandbox), and nothing is queued from now on.
+        left: list[_CallSession | _Prepared | _Ahead] = []
         with self._pending_lock:
             self._tails_closed = True
             while True:
                 try:
-                    left = self._tails.get_nowait()
+                    item = self._tails.get_nowait()
                 except queue.Empty:
                     break
-                if left is not None:
-                    self._pending -= 1
-                    self._drop(left)
+                if item is not None:
+                    left.append(item)
+            self._pending -= len(left)
             if self._pending == 0:
                 self._settled.set()
+        for item in left:
+            self._drop(item)
 
     def _finish(self, session: _CallSession) -> None:
         """The tail of a call that has answered, on the sandbox's tail thread: the rest of the
