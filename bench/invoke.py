@@ -31,9 +31,9 @@ baseline's):
 Then invocations per second: N calls submitted with `"wait": false`, timed until the last one
 has finished, with one worker process of concurrency 1 and of concurrency 2, cold and warm
 (this includes the bench's own serial submissions through the API); the worker host alone,
-warm: N invocations queued in the database, then all their tasks sent at once to the warm worker
-of concurrency 2 (its processes' sandboxes started by the rows before), from the first claim to
-the last end; the same just after a start: N calls queued first and then a worker of concurrency
+warm: N invocations queued in the database, then all their tasks sent at once to a worker of
+concurrency 2 of its own, whose processes have started their sandboxes for four calls first,
+from the first claim to the last end; the same just after a start: N calls queued first and then a worker of concurrency
 2 started, which warms its sandboxes while it takes the first calls; and the memory one idle
 warm sandbox costs (PSS and RSS of bubblewrap and everything below it, and the sandbox's memory
 cgroup usage).
@@ -387,7 +387,7 @@ def worker_host_rate(scratch: Scratch, user, toolkit, count: int, concurrency: i
 
 def sent_at_once_rate(user, toolkit, count: int) -> float:
     """Invocations per second of the worker host alone, warm (the running worker's processes
-    have their sandboxes): `count` invocations queued in the database first, then all their
+    have started their sandboxes): `count` invocations queued in the database first, then all their
     tasks sent at once (each send ~1 ms of this process, while the worker already takes the
     first ones); from the first claim to the last recorded end."""
     from toolhub import broker
