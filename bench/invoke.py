@@ -521,7 +521,7 @@ def main() -> None:
             workers.pop().stop()
             if warm_worker:
                 # A worker of its own: the one before has used half its sandboxes' calls (a
-                # sandbox retires after TOOLHUB_SANDBOX_WARM_MAX_CALLS, 100), and a retirement
+                # sandbox retires after TOOLHUB_SANDBOX_WARM_MAX_CALLS calls), and a retirement
                 # and a new sandbox's start within these calls is not the warm host's rate.
                 workers.append(Worker(scratch, concurrency=2, warm=True))
                 throughput(client, headers, toolkit, 4)  # warm-up: both worker processes start a sandbox

@@ -325,10 +325,13 @@ TOOLHUB_SANDBOX_USER = env.str("TOOLHUB_SANDBOX_USER", default="toolhub-sandbox"
 TOOLHUB_SANDBOX_UIDS = env.int("TOOLHUB_SANDBOX_UIDS", default=16)
 # Warm sandboxes (toolhub/sandbox/warm.py): how many idle ones each worker process keeps per
 # environment (0: every call starts a cold sandbox), how long an idle one lives, and after how
-# many calls or seconds one is retired.
+# many calls or seconds one is retired. Every call runs in a process of its own and is cleaned
+# up after; retiring by count bounds what could still drift. A successor's start costs ~0.25 s
+# of CPU and stalls its worker process for ~0.5 s: at 100 calls that was ~2.5 ms of CPU a call
+# and ~13% of a busy worker's rate (README, Warm sandboxes).
 TOOLHUB_SANDBOX_WARM = env.int("TOOLHUB_SANDBOX_WARM", default=1)
 TOOLHUB_SANDBOX_WARM_IDLE_SECONDS = env.float("TOOLHUB_SANDBOX_WARM_IDLE_SECONDS", default=300.0)
-TOOLHUB_SANDBOX_WARM_MAX_CALLS = env.int("TOOLHUB_SANDBOX_WARM_MAX_CALLS", default=100)
+TOOLHUB_SANDBOX_WARM_MAX_CALLS = env.int("TOOLHUB_SANDBOX_WARM_MAX_CALLS", default=1000)
 TOOLHUB_SANDBOX_WARM_MAX_AGE = env.float("TOOLHUB_SANDBOX_WARM_MAX_AGE", default=600.0)
 # The idle warm sandboxes one worker process keeps in all: each holds one of the host's
 # TOOLHUB_SANDBOX_UIDS for its life, so keep (this + 1) x the processes running tool calls

@@ -107,7 +107,7 @@ class WarmSandbox:
     uid_wait: float | None = None
     # What the sandbox's own egress proxy lets through; None: no proxy, no network.
     egress: EgressPolicy | None = None
-    max_calls: int = 100
+    max_calls: int = 1000
     max_age: float = 600.0
     cgroup_root: Path | None = launcher.DEFAULT_CGROUP_ROOT
     budget: MemoryBudget | None = None

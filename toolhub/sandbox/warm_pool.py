@@ -62,7 +62,7 @@ class WarmPool:
     size: int = 2
     max_idle: int = 4
     idle_timeout: float = 300.0
-    max_calls: int = 100
+    max_calls: int = 1000
     max_age: float = 600.0
     bwrap: str = "bwrap"
     sandbox_user: str = launcher.DEFAULT_SANDBOX_USER
