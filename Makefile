@@ -82,6 +82,7 @@ messages: dev-deps
 bench: dev-deps wheelhouse
 	$(PY) bench/environments.py
 	$(PY) bench/invoke.py
+	$(PY) bench/drain_cpu.py
 	$(PY) bench/egress.py
 	$(PY) bench/serve.py
 
