@@ -370,6 +370,77 @@ def test_sandboxes_retire_after_their_calls_and_when_idle(call, pool: WarmPool) 
     assert wait_for_no_sandbox_processes(timeout=5) == []
 
 
+def _wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def _no_start_pending(pool: WarmPool) -> bool:
+    return not pool._starting and not pool._successors
+
+
+def test_a_sandbox_with_one_call_left_has_its_successor_started_ahead(call, pool: WarmPool) -> None:
+    pool.max_calls = 3
+    pool.start_reaper(interval=60)
+    _result(call(ECHO, arguments={"text": "1"}))
+    first = _only_sandbox(pool)
+    _result(call(ECHO, arguments={"text": "2"}))
+    # Started on the reaper's thread with no call waiting for it, in the old one's place.
+    _wait_for(lambda: first.retired and bool(pool.idle()) and _no_start_pending(pool))
+    second = _only_sandbox(pool)
+    assert second is not first and second.usable() and pool.started == 2
+    assert _result(call(ECHO, arguments={"text": "3"})) == "3"
+    assert pool.started == 2 and _only_sandbox(pool) is second and second.calls == 1
+
+
+def test_a_call_that_comes_while_the_successor_starts_waits_for_it(call, pool: WarmPool) -> None:
+    pool.max_calls = 3
+    pool.start_reaper(interval=60)
+    for text in "123":
+        _result(call(ECHO, arguments={"text": text}))
+    # At once: the first sandbox retired after its third call; this call takes its successor
+    # (waiting for it if it is still starting) rather than starting a second one.
+    assert _result(call(ECHO, arguments={"text": "4"})) == "4"
+    _wait_for(lambda: _no_start_pending(pool))
+    assert pool.started == 2 and _only_sandbox(pool).calls == 1
+
+
+def test_a_sandbox_about_to_age_is_replaced_while_idle_unless_idle_too_long(call, pool: WarmPool) -> None:
+    pool.max_age = 8.0
+    pool.start_reaper(interval=2.0)
+    _result(call(ECHO, arguments={"text": "1"}))
+    first = _only_sandbox(pool)
+    # Within one pass of its age, the reaper starts its successor, which takes its place.
+    _wait_for(lambda: first.retired and bool(pool.idle()) and _no_start_pending(pool), timeout=20)
+    second = _only_sandbox(pool)
+    assert second is not first and pool.started == 2
+    assert _result(call(ECHO, arguments={"text": "2"})) == "2"
+    assert pool.started == 2
+    # One idle past its idle time is stopped, not replaced.
+    pool.idle_timeout = 0.5
+    _wait_for(lambda: second.retired, timeout=10)
+    time.sleep(2.5)
+    assert pool.idle() == [] and pool.started == 2 and _no_start_pending(pool)
+
+
+def test_no_successor_for_a_sandbox_retired_for_an_anomaly_or_without_the_reaper(call, pool: WarmPool) -> None:
+    pool.max_calls = 1
+    _result(call(ECHO, arguments={"text": "1"}))
+    time.sleep(0.5)
+    assert pool.idle() == [] and pool.started == 1 and _no_start_pending(pool)
+    pool.max_calls = 100
+    pool.start_reaper(interval=60)
+    _result(call(ECHO, arguments={"text": "2"}))
+    sandbox = _only_sandbox(pool)
+    sandbox.problems.append("a test's anomaly")
+    _result(call(ECHO, arguments={"text": "3"}))
+    assert sandbox.retired and pool.started == 3
+    time.sleep(0.5)
+    assert _no_start_pending(pool) and pool.started == 3
+
+
 def test_an_anomaly_retires_the_sandbox(call, pool: WarmPool) -> None:
     _result(call(ECHO, arguments={"text": "1"}))
     sandbox = _only_sandbox(pool)

@@ -543,6 +543,13 @@ class WarmSandbox:
         if reply is None or reply.get("op") != "prepared" or fds:
             raise OSError(f"the fork server did not prepare the call: {reply}")
 
+    def worn_out(self, lead: float = 0.0) -> bool:
+        """Whether it has at most one call left, or reaches its age within ``lead`` seconds (a
+        retired one: whether it was retired for its calls or age, not for a problem)."""
+        if self.problems:
+            return False
+        return self.calls + 1 >= self.max_calls or time.monotonic() + lead - self.started_at >= self.max_age
+
     def usable(self) -> bool:
         return (
             not self.retired

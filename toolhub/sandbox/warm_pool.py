@@ -6,6 +6,7 @@ Django-free; ``toolhub.toolkits.sandboxing`` makes one pool per worker process.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -20,8 +21,12 @@ from toolhub.sandbox.uids import UidPool, UidsBusy
 from toolhub.sandbox.warm import WarmSandbox
 from toolhub.sandbox.warm_budget import DEFAULT_SANDBOX_ESTIMATE, MemoryBudget, WarmBudgetExceeded
 
+logger = logging.getLogger(__name__)
+
 # How long a new warm sandbox waits for a free uid before it stops an idle one of its pool.
 _UID_PATIENCE = 1.0
+# How long a call waits for the successor being started for its key before it starts its own.
+_SUCCESSOR_PATIENCE = 60.0
 
 
 
@@ -57,6 +62,13 @@ class WarmPool:
     too: a process keeps at most ``max_idle`` idle sandboxes (of all keys), so the worker
     processes of a host cannot hold every uid between them, and a sandbox that finds no free
     uid stops this pool's idle one used longest ago before it waits for another process's.
+
+    With the reaper running (``start_reaper``), a sandbox with one call left, or that would reach
+    its age before the reaper's next pass, gets its successor started ahead, on the reaper's
+    thread (a sandbox dies with the thread that started it, and that one lives as long as the
+    pool); once it is ready it takes the old one's place among the idle ones. A call then does
+    not pay a start for a retirement, and one that finds no idle sandbox while a successor
+    starts waits for it instead of starting a second.
     """
 
     size: int = 2
@@ -82,6 +94,14 @@ class WarmPool:
     # the idle sandbox whose next call's process is forked ahead.
     _last: tuple[_Key, Limits] | None = None
     _prepared: WarmSandbox | None = None
+    # Successors to start on the reaper's thread (the sandbox each replaces, by key), and the
+    # keys one is being started for, each with what a call waiting for it waits on.
+    _successors: dict[_Key, WarmSandbox] = field(default_factory=dict)
+    _starting: dict[_Key, threading.Event] = field(default_factory=dict)
+    _wake: threading.Event = field(default_factory=threading.Event)
+    _reap_interval: float = 0.0
+    # When a successor's start last failed, by key: not tried again within the reaper's interval.
+    _failed: dict[_Key, float] = field(default_factory=dict)
 
     def run(
         self,
@@ -122,11 +142,12 @@ class WarmPool:
         if last is None or self._prepared is not None:
             return False
         key, limits = last
+        # Under the lock: the reaper's thread may retire an idle sandbox (and replace it).
         with self._lock:
             idle = self._idle.get(key, [])
             sandbox = idle[-1] if idle else None
-        if sandbox is None or not sandbox.prepare(limits):
-            return False
+            if sandbox is None or not sandbox.prepare(limits):
+                return False
         self._prepared = sandbox
         return True
 
@@ -134,7 +155,8 @@ class WarmPool:
         """Kill the process `prepare` forked, if no call took it."""
         sandbox, self._prepared = self._prepared, None
         if sandbox is not None:
-            sandbox.discard_prepared()
+            with self._lock:
+                sandbox.discard_prepared()
 
     def warm(
         self, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None = None
@@ -157,17 +179,28 @@ class WarmPool:
         while True:
             with self._lock:
                 idle = self._idle.get(key, [])
-                if not idle:
+                starting = self._starting.get(key)
+                if not idle and starting is None:
                     break
-                # The one whose next call's process is forked ahead, if it is of this key.
-                ahead = [index for index, sandbox in enumerate(idle) if sandbox is self._prepared]
-                sandbox = idle.pop(ahead[0] if ahead else -1)
+                sandbox = self._pop_idle(idle) if idle else None
+            if sandbox is None:
+                # Its successor is being started: wait for it, then look again (the wait is
+                # bounded; if the start failed, this call starts one).
+                if starting is None or not starting.wait(_SUCCESSOR_PATIENCE):
+                    break
+                continue
             # Its last call's tail may still be finishing, and may retire it.
             sandbox.settle()
             if sandbox.usable():
                 return sandbox
             sandbox.retire()
         return self._start(key, interpreter_env=interpreter_env, runtime_dir=runtime_dir, limits=limits, egress=egress)
+
+    def _pop_idle(self, idle: list[WarmSandbox]) -> WarmSandbox:
+        """Take one of a key's idle sandboxes (under the lock): the one whose next call's process
+        is forked ahead, if it is of this key."""
+        ahead = [index for index, sandbox in enumerate(idle) if sandbox is self._prepared]
+        return idle.pop(ahead[0] if ahead else -1)
 
     def _start(
         self, key: _Key, *, interpreter_env: Path, runtime_dir: Path, limits: Limits, egress: EgressPolicy | None
@@ -224,42 +257,128 @@ class WarmPool:
     def _give_back(self, key: _Key, sandbox: WarmSandbox) -> None:
         if not sandbox.usable():
             sandbox.retire()
+            if sandbox.worn_out():
+                self._replace(key, sandbox)
             return
         with self._lock:
             idle = self._idle.setdefault(key, [])
-            kept = len(idle) < self.size
+            # Not into a closed pool (a successor that was being started when it closed).
+            kept = not self._stopped.is_set() and len(idle) < self.size
             if kept:
                 idle.append(sandbox)
         if not kept:
             sandbox.retire()
+        elif sandbox.worn_out():
+            # One call left: its successor is started now, to take its place.
+            self._replace(key, sandbox)
         while len(self.idle()) > self.max_idle and self._stop_least_recent():
             pass
 
     def start_reaper(self, interval: float = 30.0) -> None:
         """Reap idle sandboxes every ``interval`` seconds from a daemon thread, even while no
-        call comes (the thread starts no sandbox, so none depends on it)."""
+        call comes, and start the successors of retired ones on it (``_replace``): the thread
+        lives as long as the pool, and so do the sandboxes it starts."""
         if self._reaper is not None:
             return
+        self._reap_interval = interval
 
         def loop() -> None:
-            while not self._stopped.wait(interval):
+            while not self._stopped.is_set():
+                self._wake.wait(interval)
+                self._wake.clear()
+                if self._stopped.is_set():
+                    break
                 self.reap()
+                self._start_successors()
 
         self._reaper = threading.Thread(target=loop, name="warm-sandbox-reaper", daemon=True)
         self._reaper.start()
 
     def reap(self) -> None:
-        """Stop idle sandboxes past their idle time, age or call count."""
+        """Stop idle sandboxes past their idle time, age or call count. With the reaper
+        running, one used within its idle time that is worn out (``WarmSandbox.worn_out``:
+        within the reaper's interval of its age, here) gets its successor started
+        (``_replace``), and one retired for its calls or age while in use too."""
         now = time.monotonic()
+        lead = self._lead()
+        replace = []
         with self._lock:
             for key, idle in list(self._idle.items()):
                 keep = []
                 for sandbox in idle:
-                    if sandbox.usable() and now - sandbox.last_used < self.idle_timeout:
+                    recent = now - sandbox.last_used < self.idle_timeout
+                    if sandbox.usable() and recent:
                         keep.append(sandbox)
                     else:
                         sandbox.retire()
+                    if recent and sandbox.worn_out(lead):
+                        replace.append((key, sandbox))
                 self._idle[key] = keep
+        for key, sandbox in replace:
+            self._replace(key, sandbox)
+
+    def _lead(self) -> float:
+        """How far ahead of its age a sandbox's successor is started: the reaper's interval."""
+        return self._reap_interval if self._reaper is not None else 0.0
+
+    def _replace(self, key: _Key, old: WarmSandbox) -> None:
+        """Have the reaper's thread start a successor for a worn-out sandbox of `key` (nothing
+        without the reaper: a sandbox dies with the thread that started it)."""
+        if self._reaper is None or self._stopped.is_set():
+            return
+        with self._lock:
+            # One successor per key at a time; once one failed to start, none for a while.
+            if key in self._starting or time.monotonic() - self._failed.get(key, -self._reap_interval) < self._reap_interval:
+                return
+            self._successors[key] = old
+            self._starting[key] = threading.Event()
+        self._wake.set()
+
+    def _start_successors(self) -> None:
+        """On the reaper's thread: start the successors asked for (unless a key has a sandbox
+        idle that is not worn out by now), put each in the place of its key's worn-out idle
+        ones, and wake the calls waiting for them."""
+        while True:
+            lead = self._lead()
+            with self._lock:
+                if not self._successors:
+                    return
+                key, old = self._successors.popitem()
+                needed = not any(s.usable() and not s.worn_out(lead) for s in self._idle.get(key, []))
+            try:
+                if needed and not self._stopped.is_set():
+                    sandbox = self._start(
+                        key, interpreter_env=old.interpreter_env, runtime_dir=old.runtime_dir,
+                        limits=old.limits, egress=old.egress,
+                    )
+                    # Reaped as its predecessor would have been, its idle time after that one's
+                    # last call.
+                    sandbox.last_used = old.last_used
+                    self._take_place(key, sandbox)
+            except Exception as exc:  # noqa: BLE001 - the next call starts one itself
+                logger.warning("could not start a warm sandbox ahead of need: %s", exc)
+                with self._lock:
+                    self._failed[key] = time.monotonic()
+            finally:
+                with self._lock:
+                    waiting = self._starting.pop(key, None)
+                if waiting is not None:
+                    waiting.set()
+
+    def _take_place(self, key: _Key, sandbox: WarmSandbox) -> None:
+        """A successor joins its key's idle sandboxes, whose worn-out ones it retires (under
+        the lock, as `reap` does: `prepare` and `unprepare` hold it too)."""
+        lead = self._lead()
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            for worn in [s for s in idle if not s.usable() or s.worn_out(lead)]:
+                idle.remove(worn)
+                worn.retire()
+            kept = not self._stopped.is_set() and len(idle) < self.size
+            if kept:
+                idle.append(sandbox)
+        if not kept:
+            sandbox.retire()
 
     def idle(self) -> list[WarmSandbox]:
         with self._lock:
@@ -267,7 +386,12 @@ class WarmPool:
 
     def close(self) -> None:
         self._stopped.set()
+        self._wake.set()
         with self._lock:
+            self._successors.clear()
+            for waiting in self._starting.values():
+                waiting.set()
+            self._starting.clear()
             for idle in self._idle.values():
                 for sandbox in idle:
                     sandbox.retire()
