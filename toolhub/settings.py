@@ -327,8 +327,9 @@ TOOLHUB_SANDBOX_UIDS = env.int("TOOLHUB_SANDBOX_UIDS", default=16)
 # environment (0: every call starts a cold sandbox), how long an idle one lives, and after how
 # many calls or seconds one is retired. Every call runs in a process of its own and is cleaned
 # up after; retiring by count bounds what could still drift. A successor's start costs ~0.25 s
-# of CPU and stalls its worker process for ~0.5 s: at 100 calls that was ~2.5 ms of CPU a call
-# and ~13% of a busy worker's rate (README, Warm sandboxes).
+# of CPU; it is started ahead (toolhub/sandbox/warm_pool.py), but a worker busy with calls back
+# to back still waits for it. At 100 calls that was ~2.5 ms of CPU a call and ~13% of a busy
+# worker's rate (README, Warm sandboxes).
 TOOLHUB_SANDBOX_WARM = env.int("TOOLHUB_SANDBOX_WARM", default=1)
 TOOLHUB_SANDBOX_WARM_IDLE_SECONDS = env.float("TOOLHUB_SANDBOX_WARM_IDLE_SECONDS", default=300.0)
 TOOLHUB_SANDBOX_WARM_MAX_CALLS = env.int("TOOLHUB_SANDBOX_WARM_MAX_CALLS", default=1000)
