@@ -425,6 +425,19 @@ def test_a_sandbox_about_to_age_is_replaced_while_idle_unless_idle_too_long(call
     assert pool.idle() == [] and pool.started == 2 and _no_start_pending(pool)
 
 
+def test_a_sandbox_of_one_call_is_replaced_after_it_and_not_before(call, pool: WarmPool) -> None:
+    pool.max_calls = 1
+    pool.start_reaper(interval=0.2)
+    _result(call(ECHO, arguments={"text": "1"}))
+    _wait_for(lambda: bool(pool.idle()) and _no_start_pending(pool))
+    # The successor has served nothing: it is not replaced in turn while it waits.
+    time.sleep(1.5)
+    assert pool.started == 2 and _only_sandbox(pool).calls == 0
+    _result(call(ECHO, arguments={"text": "2"}))
+    _wait_for(lambda: bool(pool.idle()) and _no_start_pending(pool))
+    assert pool.started == 3
+
+
 def test_no_successor_for_a_sandbox_retired_for_an_anomaly_or_without_the_reaper(call, pool: WarmPool) -> None:
     pool.max_calls = 1
     _result(call(ECHO, arguments={"text": "1"}))

@@ -544,11 +544,13 @@ class WarmSandbox:
             raise OSError(f"the fork server did not prepare the call: {reply}")
 
     def worn_out(self, lead: float = 0.0) -> bool:
-        """Whether it has at most one call left, or reaches its age within ``lead`` seconds (a
-        retired one: whether it was retired for its calls or age, not for a problem)."""
+        """Whether it has served a call and has at most one left, or reaches its age within
+        ``lead`` seconds (a retired one: whether it was retired for its calls or age, not for a
+        problem). One that has served none is never worn out by its count, or a sandbox of one
+        call would be replaced before it served it."""
         if self.problems:
             return False
-        return self.calls + 1 >= self.max_calls or time.monotonic() + lead - self.started_at >= self.max_age
+        return (self.calls > 0 and self.calls + 1 >= self.max_calls) or time.monotonic() + lead - self.started_at >= self.max_age
 
     def usable(self) -> bool:
         return (

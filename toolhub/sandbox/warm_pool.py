@@ -318,8 +318,9 @@ class WarmPool:
             self._replace(key, sandbox)
 
     def _lead(self) -> float:
-        """How far ahead of its age a sandbox's successor is started: the reaper's interval."""
-        return self._reap_interval if self._reaper is not None else 0.0
+        """How far ahead of its age a sandbox's successor is started: the reaper's interval, at
+        most half the age (or every new one would be due at once)."""
+        return min(self._reap_interval, self.max_age / 2) if self._reaper is not None else 0.0
 
     def _replace(self, key: _Key, old: WarmSandbox) -> None:
         """Have the reaper's thread start a successor for a worn-out sandbox of `key` (nothing
