@@ -103,14 +103,9 @@ def _cpu_by_role(before, after, main_pid: int) -> dict[str, float]:
 def drain(user, toolkit, worker: common.Worker, calls: int) -> tuple[float, dict[str, float], float]:
     """One drain: (measured rate, CPU seconds by role, the machine's busy CPU seconds)."""
     from toolhub import broker
-    from toolhub.runs.models import Invocation
     from toolhub.runs.tasks import run_invocation
 
-    revision = toolkit.current_revision
-    ids = [
-        str(Invocation.objects.create(toolkit=toolkit, revision=revision, tool="echo", arguments=common.ARGUMENTS, user=user).id)
-        for _ in range(calls)
-    ]
+    ids = common.queued_invocations(user, toolkit, calls)
     os.kill(worker.process.pid, signal.SIGSTOP)
     try:
         for pk in ids:

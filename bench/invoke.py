@@ -391,18 +391,24 @@ def sent_at_once_rate(user, toolkit, count: int) -> float:
     tasks sent at once (each send ~1 ms of this process, while the worker already takes the
     first ones); from the first claim to the last recorded end."""
     from toolhub import broker
-    from toolhub.runs.models import Invocation
     from toolhub.runs.tasks import run_invocation
 
-    revision = toolkit.current_revision
-    ids = [
-        str(Invocation.objects.create(toolkit=toolkit, revision=revision, tool="echo", arguments=ARGUMENTS, user=user).id)
-        for _ in range(count)
-    ]
+    ids = queued_invocations(user, toolkit, count)
     for pk in ids:
         broker.send(run_invocation.name, pk)
     _wait_for_all(ids)
     return _drained_rate(ids)
+
+
+def queued_invocations(user, toolkit, count: int) -> list[str]:
+    """The ids of `count` echo invocations queued in the database (no task sent)."""
+    from toolhub.runs.models import Invocation
+
+    revision = toolkit.current_revision
+    return [
+        str(Invocation.objects.create(toolkit=toolkit, revision=revision, tool="echo", arguments=ARGUMENTS, user=user).id)
+        for _ in range(count)
+    ]
 
 
 def _wait_for_all(ids: list[str]) -> None:

@@ -329,7 +329,8 @@ class WarmPool:
             return
         with self._lock:
             # One successor per key at a time; once one failed to start, none for a while.
-            if key in self._starting or time.monotonic() - self._failed.get(key, -self._reap_interval) < self._reap_interval:
+            failed = self._failed.get(key)
+            if key in self._starting or (failed is not None and time.monotonic() - failed < self._reap_interval):
                 return
             self._successors[key] = old
             self._starting[key] = threading.Event()
@@ -345,7 +346,7 @@ class WarmPool:
                 if not self._successors:
                     return
                 key, old = self._successors.popitem()
-                needed = not any(s.usable() and not s.worn_out(lead) for s in self._idle.get(key, []))
+                needed = not any(_fresh(s, lead) for s in self._idle.get(key, []))
             try:
                 if needed and not self._stopped.is_set():
                     sandbox = self._start(
@@ -367,19 +368,15 @@ class WarmPool:
                     waiting.set()
 
     def _take_place(self, key: _Key, sandbox: WarmSandbox) -> None:
-        """A successor joins its key's idle sandboxes, whose worn-out ones it retires (under
-        the lock, as `reap` does: `prepare` and `unprepare` hold it too)."""
+        """A successor retires its key's worn-out idle sandboxes (under the lock, as `reap`
+        does: `prepare` and `unprepare` hold it too) and is given back in their place."""
         lead = self._lead()
         with self._lock:
             idle = self._idle.setdefault(key, [])
-            for worn in [s for s in idle if not s.usable() or s.worn_out(lead)]:
+            for worn in [s for s in idle if not _fresh(s, lead)]:
                 idle.remove(worn)
                 worn.retire()
-            kept = not self._stopped.is_set() and len(idle) < self.size
-            if kept:
-                idle.append(sandbox)
-        if not kept:
-            sandbox.retire()
+        self._give_back(key, sandbox)
 
     def idle(self) -> list[WarmSandbox]:
         with self._lock:
@@ -397,3 +394,8 @@ class WarmPool:
                 for sandbox in idle:
                     sandbox.retire()
             self._idle.clear()
+
+
+def _fresh(sandbox: WarmSandbox, lead: float) -> bool:
+    """Whether an idle sandbox can serve on without a successor (`WarmPool._take_place`)."""
+    return sandbox.usable() and not sandbox.worn_out(lead)
