@@ -20,6 +20,7 @@ import pytest
 from playwright.sync_api import Browser, Page, Playwright, expect, sync_playwright
 
 from tests.browser.helpers import EXPECT_TIMEOUT_MS, log_in
+from tests.browser.live import in_flight as live_in_flight
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -84,6 +85,7 @@ def _safe_name(nodeid: str) -> str:
 def page(browser: Browser, live_server, request) -> Iterator[Page]:
     """A page in a fresh browser context whose relative URLs go to the live server."""
     expect.set_options(timeout=EXPECT_TIMEOUT_MS)
+    in_flight = live_in_flight(live_server)
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900}, locale="en-GB")
     context.set_default_timeout(EXPECT_TIMEOUT_MS)
     allowed = urlsplit(live_server.url).netloc
@@ -127,6 +129,9 @@ def page(browser: Browser, live_server, request) -> Iterator[Page]:
         # A screenshot left by an earlier failure of this test would only mislead.
         failure_shot.unlink(missing_ok=True)
     context.close()
+    # The database is flushed next: not while the server still answers one of this test's requests.
+    if not in_flight.wait_idle(timeout=30):
+        print("the live server was still answering a request 30 s after the test ended")
     if report is not None and report.passed:
         # A script error is a bug even when the test's own checks passed.
         assert not errors, "the page reported errors:\n" + "\n".join(errors)
