@@ -7,6 +7,7 @@ Needs what tests/test_sandbox.py needs plus the uid pool (scripts/system-setup).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -794,3 +795,27 @@ def test_what_a_call_wrote_to_stderr_before_its_result_is_kept(call) -> None:
     for n in range(3):
         outcome = call(source, arguments={"n": n})
         assert _result(outcome) == str(n) and outcome.stderr_tail.endswith(f"before result {n}\n"), outcome
+
+
+
+def test_a_source_that_is_not_utf8_and_larger_than_a_pipe_arrives_whole(
+    pool: WarmPool, sandbox_env: Path, sandbox_runtime: Path, tmp_path: Path
+) -> None:
+    # The source follows the request line on the call's stdin: more than a pipe holds, and
+    # not UTF-8, yet the call's process writes exactly the bytes uploaded, on every call.
+    source = (
+        b"# -*- coding: latin-1 -*-\n" + (b"# " + b"x" * 1000 + b"\n") * 500
+        + b"import hashlib\nclass Tools:\n    def go(self) -> list:\n"
+        + b"        data = open('/opt/toolkit/toolkit.py', 'rb').read()\n"
+        + b"        return [len(data), hashlib.sha256(data).hexdigest(), 'caf\xe9']\n"
+    )
+    path = tmp_path / "latin1.py"
+    path.write_bytes(source)
+    for _ in range(2):
+        outcome = pool.run(
+            interpreter_env=sandbox_env, runtime_dir=sandbox_runtime, source_path=path,
+            request={"op": "invoke", "source_path": "/opt/toolkit/toolkit.py", "tool": "go", "arguments": {}},
+            limits=LIMITS, on_message=lambda message: None,
+        )
+        assert _result(outcome) == [len(source), hashlib.sha256(source).hexdigest(), "café"]
+    assert pool.started == 1 and _only_sandbox(pool).calls == 2

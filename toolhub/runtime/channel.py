@@ -72,6 +72,14 @@ class Channel:
             raise ProtocolError("the request must be a JSON object")
         return request
 
+    def read_exactly(self, size: int) -> bytes:
+        """The next `size` bytes on stdin (what follows the request line: a warm sandbox's
+        call brings its toolkit's source so)."""
+        data = self._reader.read(size)
+        if len(data) != size:
+            raise ProtocolError(f"stdin ended after {len(data)} of the {size} bytes announced")
+        return data
+
     def send(self, message: dict[str, Any]) -> None:
         """Write one message; silently dropped once the final line has been written."""
         # default=repr is the last guard; callers already made values JSON-compatible.

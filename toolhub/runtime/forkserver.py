@@ -12,18 +12,23 @@ host. Anything unexpected is reported as a problem, and the host then retires th
 
 Control messages are JSON lines; descriptors travel as SCM_RIGHTS:
 
-    host -> here   {"op": "call", "limits": {...}}  + fds [stdin, stdout, stderr, source memfd]
-                   {"op": "prepare", "limits": {...}}  + fds [stdin, stdout, stderr]: fork the
-                                                     call's process now, then
-                     {"op": "call"} + fd [source memfd]   to run it, or
-                     {"op": "discard"}                    to kill it unused
+    host -> here   {"op": "fork", "limits": {...}}  + fds [stdin, stdout, stderr]: fork the
+                                                     call's process (at once: the host may do so
+                                                     ahead of the call, while it finds out what
+                                                     the call is)
     here -> host   {"op": "ready", "preloaded": [...]}  once, after the imports (the names of
                                                      the environment's packages imported too)
-                   {"op": "prepared", "pid": N}      after a "prepare", once forked
-                   {"op": "started", "pid": N}       + fd [pidfd of the call's process]
+                   {"op": "started", "pid": N}       + fd [pidfd of the call's process], once
+                                                     forked
                    {"op": "exited", "status": W, "utime": s, "stime": s, "maxrss": kb}
                                                      once the call's process is reaped
                    {"op": "done", "problems": [...]} once everything of the call is gone
+
+The call's process waits for its request on stdin; the toolkit's source comes with it, right
+after the request line (``runner``), and the process writes it to ``/opt/toolkit/toolkit.py``
+itself, so nothing of a toolkit is in the process before its call, and the parent never holds
+a toolkit's source. A process forked ahead that no call takes is killed by the host (through its
+pidfd) and reaped here like any call's.
 
 The parent is not dumpable (``PR_SET_DUMPABLE`` 0), so the call's process, though it runs as the
 same uid, can neither read nor write its memory through ``/proc`` (and ``ptrace`` and
@@ -48,7 +53,6 @@ import time
 
 PACKAGE = "toolhub_runtime"
 WRITABLE = ("/tmp", "/dev/shm", "/opt/toolkit")
-SOURCE_PATH = "/opt/toolkit/toolkit.py"
 _PR_SET_DUMPABLE = 4
 _PR_SET_PDEATHSIG = 1
 _IPC_RMID = 0
@@ -213,44 +217,13 @@ def main() -> None:
         message, fds, buffer = _receive(control, buffer)
         if message is None:
             return
-        if message.get("op") == "call" and len(fds) == 4:
-            _serve(control, message, fds)
-        elif message.get("op") == "prepare" and len(fds) == 3:
-            buffer = _serve_prepared(control, message, fds, buffer)
+        if message.get("op") == "fork" and len(fds) == 3:
+            stdin, stdout, stderr = fds
+            _run(control, _fork(control, stdin, stdout, stderr, message.get("limits") or {}))
         else:
             for fd in fds:
                 os.close(fd)
             _send(control, {"op": "done", "problems": ["bad control message"]})
-
-
-def _serve(control: socket.socket, message: dict, fds: list[int]) -> None:
-    stdin, stdout, stderr, source = fds
-    try:
-        _write_source(source)
-    finally:
-        os.close(source)
-    _run(control, _fork(control, stdin, stdout, stderr, message.get("limits") or {}))
-
-
-def _serve_prepared(control: socket.socket, message: dict, fds: list[int], buffer: bytes) -> bytes:
-    """A call whose process is forked before the host knows what it runs: it waits for its
-    request on stdin (which the host writes only after "started"), and the source arrives
-    with the "call" that follows; any other message (the host's "discard") kills it unused."""
-    stdin, stdout, stderr = fds
-    pid = _fork(control, stdin, stdout, stderr, message.get("limits") or {})
-    _send(control, {"op": "prepared", "pid": pid})
-    follow, more, buffer = _receive(control, buffer)
-    if follow is not None and follow.get("op") == "call" and len(more) == 1:
-        try:
-            _write_source(more[0])
-        finally:
-            os.close(more[0])
-    else:
-        for fd in more:
-            os.close(fd)
-        os.kill(pid, signal.SIGKILL)
-    _run(control, pid)
-    return buffer
 
 
 def _fork(control: socket.socket, stdin: int, stdout: int, stderr: int, limits: dict) -> int:
@@ -291,16 +264,6 @@ def _run(control: socket.socket, pid: int) -> None:
             break
     problems += _clean()
     _send(control, {"op": "done", "problems": problems})
-
-
-def _write_source(fd: int) -> None:
-    size = os.fstat(fd).st_size
-    data = os.pread(fd, size, 0)
-    out = os.open(SOURCE_PATH, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
-    try:
-        os.write(out, data)
-    finally:
-        os.close(out)
 
 
 def _child(control: socket.socket, stdin: int, stdout: int, stderr: int, limits: dict) -> None:

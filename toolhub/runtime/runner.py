@@ -12,6 +12,10 @@ The host writes one request line on stdin:
 
     {"op": "agent", ...}: an agent strategy's run (the protocol is in agent.py)
 
+A warm sandbox's call (toolhub/runtime/forkserver.py) adds "source_bytes": N to its request,
+and the toolkit's N bytes of source follow the line; the process writes them to source_path
+before anything else.
+
 The runtime writes, on its original stdout:
     {"kind": "event", "event": {"type": T, "data": D}}     for each __event_emitter__ call
     {"kind": "call", "call_id": n, "event": {"type": T, "data": D}}  for __event_call__;
@@ -27,6 +31,7 @@ and exactly one final line, after which the process exits:
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .channel import Channel, ProtocolError, error_message
@@ -50,6 +55,11 @@ def _answer(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
     source_path = request.get("source_path")
     if not isinstance(source_path, str):
         raise ProtocolError("the request has no source_path")
+    if op not in ("introspect", "invoke", "agent"):
+        raise ProtocolError(f"unknown op {op!r}")
+    source_bytes = request.pop("source_bytes", None)
+    if source_bytes is not None:
+        _write_source(source_path, source_bytes, channel)
     if op == "introspect":
         return loader.introspect(source_path)
     if op == "invoke":
@@ -64,7 +74,27 @@ def _answer(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
         if toolkit.kind != "agent_strategy":
             raise ProtocolError("the file is not an agent strategy")
         return agent.run(toolkit.cls, request, channel)
-    raise ProtocolError(f"unknown op {op!r}")
+    raise AssertionError(op)
+
+
+# The largest source a request may announce (an upload is at most 512 KiB: source_checks).
+MAX_SOURCE_BYTES = 8 << 20
+
+
+def _write_source(path: str, size: Any, channel: Channel) -> None:
+    """A warm sandbox's call: its toolkit's source follows the request line (`size` bytes), and
+    the call's own process writes it where the request says, once (the file must not exist:
+    the fork server empties /opt/toolkit after every call)."""
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_SOURCE_BYTES:
+        raise ProtocolError("the request's source_bytes is not a size")
+    data = channel.read_exactly(size)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def _network(egress: Any) -> None:

@@ -5,9 +5,10 @@ packages imported (import only) and forks one child per call. A call then pays a
 Invariants, and what holds each:
 
 - The toolkit's code runs only in the child made for that one call: the parent never loads a
-  toolkit, the source is handed over per call (a memfd, written to ``/opt/toolkit/toolkit.py``
-  by the parent and removed after the call), so a new revision is simply the next call's
-  source, and nothing the code does to module globals outlives its process.
+  toolkit nor holds its source, which comes per call on the child's stdin right after the
+  request line (written to ``/opt/toolkit/toolkit.py`` by the child, and removed by the parent
+  after the call), so a new revision is simply the next call's source, and nothing the code
+  does to module globals outlives its process.
 - A call's process may be forked ahead (``WarmSandbox.prepare``, from ``WarmPool.prepare``:
   a worker does so when a task arrives, while it takes the invocation from the database), on
   an idle sandbox whose last call's tail is finished. It waits for its request with nothing of
@@ -490,7 +491,7 @@ class WarmSandbox:
                 ours.append(read_end)
                 theirs.append(write_end)
             child_limits = self._child_limits(limits)
-            data = json.dumps({"op": "prepare", "limits": child_limits}).encode() + b"\n"
+            data = json.dumps({"op": "fork", "limits": child_limits}).encode() + b"\n"
             self.control.settimeout(_CONTROL_TIMEOUT)
             self.control.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
         except OSError as exc:
@@ -515,11 +516,15 @@ class WarmSandbox:
 
     def _discard(self, prepared: _Prepared) -> None:
         try:
-            self._expect_prepared()
-            self.control.settimeout(_CONTROL_TIMEOUT)
-            self.control.sendall(b'{"op": "discard"}\n')
+            pidfd = self._expect_started()
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            finally:
+                os.close(pidfd)
             done: dict = {}
-            for expected in ("started", "exited", "done"):
+            for expected in ("exited", "done"):
                 reply, fds = self._receive(_CONTROL_TIMEOUT + _KILL_PATIENCE)
                 for fd in fds:
                     os.close(fd)
@@ -534,14 +539,15 @@ class WarmSandbox:
             if self.problems:
                 self.retire()
 
-    def _expect_prepared(self) -> None:
-        """Read the fork server's "prepared" (which a "prepare" is answered with); OSError if
-        anything else comes."""
+    def _expect_started(self) -> int:
+        """Read the fork server's "started" (which a "fork" is answered with) and return the
+        pidfd of the call's process it brings; OSError if anything else comes."""
         reply, fds = self._receive(_CONTROL_TIMEOUT)
-        for fd in fds:
-            os.close(fd)
-        if reply is None or reply.get("op") != "prepared" or fds:
-            raise OSError(f"the fork server did not prepare the call: {reply}")
+        if reply is None or reply.get("op") != "started" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise OSError(f"the fork server did not start the call: {reply}")
+        return fds[0]
 
     def worn_out(self, lead: float = 0.0) -> bool:
         """Whether it has served a call and has at most one left, or reaches its age within
@@ -574,7 +580,8 @@ class WarmSandbox:
         """The call's outcome, and its session when it answered early (a successful result):
         the tail still to finish."""
         started = time.monotonic()
-        request_line = json.dumps(request, separators=(",", ":")).encode() + b"\n"
+        # The source follows the request line; the call's process writes it (runner).
+        request_line = json.dumps({**request, "source_bytes": len(source)}, separators=(",", ":")).encode() + b"\n" + source
         ours: list[int] = []
         theirs: list[int] = []
         prepared, self._prepared = self._prepared, None
@@ -587,33 +594,28 @@ class WarmSandbox:
             if prepared is not None:
                 stdin_w, stdout_r, stderr_r = prepared.stdin_fd, prepared.stdout_fd, prepared.stderr_fd
                 ours += [stdin_w, stdout_r, stderr_r]
-                self._expect_prepared()
-                message: dict = {"op": "call"}
             else:
                 stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
                 stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
                 stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
                 ours += [stdin_w, stdout_r, stderr_r]
                 theirs += [stdin_r, stdout_w, stderr_w]
-                message = {"op": "call", "limits": self._child_limits(limits)}
-            source_fd = os.memfd_create("toolkit-source", os.MFD_CLOEXEC)
-            theirs.append(source_fd)
-            os.write(source_fd, source)
-            data = json.dumps(message).encode() + b"\n"
-            self.control.settimeout(_CONTROL_TIMEOUT)
-            self.control.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
+                data = json.dumps({"op": "fork", "limits": self._child_limits(limits)}).encode() + b"\n"
+                self.control.settimeout(_CONTROL_TIMEOUT)
+                self.control.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
         except OSError as exc:
             for fd in ours + theirs:
                 os.close(fd)
             self._broken(f"cannot hand the call over: {exc}")
         for fd in theirs:
             os.close(fd)
-        reply, fds = self._receive(_CONTROL_TIMEOUT)
-        if reply is None or reply.get("op") != "started" or len(fds) != 1:
-            for fd in ours + fds:
+        try:
+            # A process forked ahead was reported while the host took the call: already read.
+            pidfd = self._expect_started()
+        except OSError as exc:
+            for fd in ours:
                 os.close(fd)
-            self._broken(f"the fork server did not start the call: {reply}")
-        pidfd = fds[0]
+            self._broken(str(exc))
         groups = self._memory
         oom_before, pids_before, cpu_before = groups.oom_kills(), groups.pids_limit_hits(), groups.cpu_ms()
         session: _CallSession | None = None
