@@ -175,6 +175,43 @@ def test_a_broker_that_is_down_answers_503_and_leaves_nothing_queued(client, too
     assert not Invocation.objects.filter(status=RunStatus.QUEUED).exists()
 
 
+def test_the_task_is_sent_before_the_row_is_stored(client, toolkit, carol, monkeypatch):
+    # So the worker's way to the run overlaps the INSERT (the worker waits for a row it does
+    # not see yet: tests/test_invocations.py).
+    from toolhub import broker
+
+    sent_before_stored: list[bool] = []
+    real_send = broker.send
+
+    def send(task_name, invocation_id):
+        sent_before_stored.append(not Invocation.objects.filter(pk=invocation_id).exists())
+        real_send(task_name, invocation_id)
+
+    monkeypatch.setattr(broker, "send", send)
+    response = post(client, invoke_url(toolkit), {"arguments": {"string": "abc"}, "wait": False}, bearer(carol))
+
+    assert response.status_code == 202
+    assert sent_before_stored == [True]
+    assert Invocation.objects.get(pk=response.json()["id"]).status == RunStatus.QUEUED
+
+
+def test_a_take_that_found_nothing_looks_again_while_the_row_may_still_come(toolkit, carol, monkeypatch):
+    from toolhub.runs import engine
+
+    pk = uuid.uuid4()
+    patience = engine._RowPatience(pk)
+    assert patience.still_to_come()  # no row yet: look again after a pause
+    made_invocation(toolkit, carol, id=pk)
+    assert patience.still_to_come()  # it came after the last look: one more
+    assert not patience.still_to_come()
+    monkeypatch.setattr(engine, "ROW_PATIENCE_SECONDS", 0.05)
+    never = engine._RowPatience(uuid.uuid4())
+    started = time.monotonic()
+    while never.still_to_come():
+        assert time.monotonic() - started < 2
+    assert time.monotonic() - started >= 0.05
+
+
 @pytest.mark.parametrize(
     ("method", "path"),
     [

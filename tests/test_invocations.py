@@ -14,6 +14,7 @@ import pwd
 import subprocess
 import threading
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
@@ -406,6 +407,30 @@ def test_a_finished_invocation_is_left_as_it_is(ready, alice):
 
     done.refresh_from_db()
     assert (done.status, done.finished_at, done.result) == (RunStatus.SUCCEEDED, finished_at, "Wrong API key")
+
+
+def test_a_message_taken_before_its_row_is_stored_waits_for_the_row_and_runs_it(ready, alice):
+    # The web process sends the task just before it stores the row (invocation_create).
+    toolkit = ready(alice, example("string_reverse"))
+    invocation = Invocation(
+        toolkit=toolkit, revision=toolkit.current_revision, tool="reverse_string", arguments={"string": "abc"}, user=alice
+    )
+    worker = start_in_thread(invocation)
+    time.sleep(0.3)
+    assert worker.is_alive()
+    invocation.save()
+    worker.join(60)
+
+    invocation.refresh_from_db()
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "Wrong API key")
+
+
+def test_a_message_whose_row_never_comes_is_given_up_on(monkeypatch):
+    monkeypatch.setattr(engine, "ROW_PATIENCE_SECONDS", 0.3)
+    started = time.monotonic()
+    run_invocation.run(str(uuid.uuid4()))
+    assert 0.3 <= time.monotonic() - started < 5
+    assert not Invocation.objects.exists()
 
 
 # With a real worker process

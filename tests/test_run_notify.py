@@ -186,9 +186,10 @@ def test_a_notice_with_another_state_is_read_from_the_database(invocation, setti
 
 
 def _fastest_worker(monkeypatch, settings, *, record: bool = True) -> dict:
-    """Replace the task's send with the fastest worker there could be: it ends the run (row
-    and notice) before invocation_create returns, so before any wait begins. What it saw of
-    the invocation's subscribers at that moment is in the returned dict."""
+    """Replace the task's send with the fastest worker there could be: it takes the message at
+    once, and ends the run (row and notice) the moment the row is stored, so before
+    invocation_create returns and any wait begins. What it saw of the invocation's subscribers
+    when the task was sent is in the returned dict."""
     import redis
     from django.utils import timezone
 
@@ -196,9 +197,18 @@ def _fastest_worker(monkeypatch, settings, *, record: bool = True) -> dict:
 
     watcher = redis.Redis.from_url(settings.REDIS_URL)
     seen: dict = {}
+    taken: list[str] = []
+    store = services.plainsql.insert
 
     def send(_task: str, invocation_id: str) -> None:
         seen["subscribers"] = dict(watcher.pubsub_numsub(notify.channel(invocation_id)))[notify.channel(invocation_id).encode()]
+        taken.append(invocation_id)
+
+    def insert(instance) -> None:
+        store(instance)
+        if not isinstance(instance, Invocation) or str(instance.pk) not in taken:
+            return
+        invocation_id = str(instance.pk)
         now = timezone.now()
         fields = {"result": "cba", "result_type": "text", "finished_at": now}
         if record:
@@ -207,6 +217,7 @@ def _fastest_worker(monkeypatch, settings, *, record: bool = True) -> dict:
         notify.publish(invocation_id, notify.ended_state(claimed, RunStatus.SUCCEEDED, fields, has_events=False))
 
     monkeypatch.setattr(services.broker, "send", send)
+    monkeypatch.setattr(services.plainsql, "insert", insert)
     return seen
 
 

@@ -254,8 +254,10 @@ def run_next(woken_by: str) -> None:
     nothing left to run (its invocation was run for another's message, or cancelled) is done.
     A message delivered again after its worker died mid-run first ends that run, as the reaper
     would (tools may have side effects, so it is never run twice); one running with a fresh
-    heartbeat is left alone."""
+    heartbeat is left alone. The message is sent just before its row is stored, so a take that
+    finds nothing looks again while the row may still come (_RowPatience)."""
     woken = parse_invocation_id(woken_by)
+    own = _RowPatience(woken)
     # The call's sandbox process is forked while the invocation is taken (most calls need the
     # environment the last one did); whatever does not use it kills it.
     with sandboxing.warm_ahead():
@@ -267,9 +269,44 @@ def run_next(woken_by: str) -> None:
                 _execute(taken.invocation)
                 return
             if taken.chosen is None:
+                if own.still_to_come():
+                    continue
                 return
             # Another worker claimed it first: choose again.
             woken = None
+
+
+# A message is sent just before its invocation's row is stored (services.invocation_create),
+# so a worker can take it first: it then waits this long at most for the row to appear.
+ROW_PATIENCE_SECONDS = 5.0
+
+
+class _RowPatience:
+    """Whether a take that found nothing to run should look again because the message's own
+    invocation may still appear: its row did not exist (the web process is storing it), so
+    look again after a pause that grows from 1 ms, for ROW_PATIENCE_SECONDS at most; or it
+    exists now but did not when the take looked, so look once more. A row that never comes (its
+    INSERT failed) is given up on."""
+
+    def __init__(self, invocation_id) -> None:
+        self._id = invocation_id
+        self._deadline: float | None = None
+        self._pause = 0.001
+
+    def still_to_come(self) -> bool:
+        if self._id is None:
+            return False
+        now = time.monotonic()
+        if self._deadline is None:
+            self._deadline = now + ROW_PATIENCE_SECONDS
+        if dbretry.write(lambda: Invocation.objects.filter(pk=self._id).exists(), what=f"looking for invocation {self._id}"):
+            self._id = None
+            return True
+        if now >= self._deadline:
+            return False
+        time.sleep(min(self._pause, self._deadline - now))
+        self._pause = min(self._pause * 2, 0.05)
+        return True
 
 
 def _take(woken) -> queue.Taken:

@@ -136,24 +136,29 @@ def invocation_create(
         messages=messages or [], files=files or [], client=client, surface=surface,
     )
     listener = notify.listen(invocation.id) if listen else None
-    try:
-        plainsql.insert(invocation)
-    except BaseException:
-        if listener is not None:
-            listener.close()
-        raise
-    setattr(invocation, "listener", listener)  # noqa: B010 - not a model field
+    # The task is sent before the row is stored: the worker's way to the run (the broker,
+    # Celery, its process, the sandbox process forked ahead) then overlaps the INSERT and its
+    # commit instead of following them. A worker that takes the message before the row is
+    # visible waits for it (engine.run_next).
     try:
         broker.send(run_invocation.name, str(invocation.id))
     except (OperationalError, OSError) as exc:
         if listener is not None:
             listener.close()
-        # Nothing may stay queued forever: a call no broker accepted ends here.
-        Invocation.objects.filter(pk=invocation.pk).update(
-            status=RunStatus.FAILED, error="No worker could take the invocation (the broker is unavailable).",
-            finished_at=timezone.now(),
-        )
+        # Nothing may stay queued forever: a call no broker accepted is stored as ended.
+        invocation.status = RunStatus.FAILED
+        invocation.error = "No worker could take the invocation (the broker is unavailable)."
+        invocation.finished_at = timezone.now()
+        plainsql.insert(invocation)
         raise InvocationRejected(503, [(_("No worker is available to run tools right now; try again later."), None)]) from exc
+    try:
+        plainsql.insert(invocation)
+    except BaseException:
+        # The message is out: the worker that takes it finds no row and gives up on it.
+        if listener is not None:
+            listener.close()
+        raise
+    setattr(invocation, "listener", listener)  # noqa: B010 - not a model field
     return invocation
 
 
