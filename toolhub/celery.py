@@ -6,8 +6,12 @@ import os
 
 from celery import Celery
 from celery.signals import worker_init, worker_process_init, worker_ready
+from kombu import transport as kombu_transports
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolhub.settings")
+# kombu's "redis" transport (redis:// and redis+socket:// brokers) is ours: the same, with one
+# Redis client per channel (toolhub.broker.RedisTransport).
+kombu_transports.TRANSPORT_ALIASES["redis"] = "toolhub.broker:RedisTransport"
 logger = logging.getLogger(__name__)
 
 app = Celery("toolhub")
