@@ -480,6 +480,17 @@ class WarmSandbox:
         return self._prepare_now(limits)
 
     def _prepare_now(self, limits: Limits) -> bool:
+        try:
+            self._prepared = self._fork(limits)
+        except OSError as exc:
+            self.problems.append(f"cannot prepare a call: {exc}")
+            return False
+        return True
+
+    def _fork(self, limits: Limits) -> _Prepared:
+        """Have the fork server fork a call's process with these limits ("fork"; its "started"
+        is read by the call that takes the process, or by ``_discard``); the host's ends of its
+        pipes. OSError (nothing left open) when it cannot be asked."""
         ours: list[int] = []
         theirs: list[int] = []
         try:
@@ -494,16 +505,14 @@ class WarmSandbox:
             data = json.dumps({"op": "fork", "limits": child_limits}).encode() + b"\n"
             self.control.settimeout(_CONTROL_TIMEOUT)
             self.control.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
-        except OSError as exc:
+        except OSError:
             for fd in ours:
                 os.close(fd)
-            self.problems.append(f"cannot prepare a call: {exc}")
-            return False
+            raise
         finally:
             for fd in theirs:
                 os.close(fd)
-        self._prepared = _Prepared(stdin_fd=ours[0], stdout_fd=ours[1], stderr_fd=ours[2], child_limits=child_limits)
-        return True
+        return _Prepared(stdin_fd=ours[0], stdout_fd=ours[1], stderr_fd=ours[2], child_limits=child_limits)
 
     def discard_prepared(self) -> None:
         """Kill the process ``prepare`` forked, unused, on the sandbox's tail thread (the next
@@ -582,39 +591,24 @@ class WarmSandbox:
         started = time.monotonic()
         # The source follows the request line; the call's process writes it (runner).
         request_line = json.dumps({**request, "source_bytes": len(source)}, separators=(",", ":")).encode() + b"\n" + source
-        ours: list[int] = []
-        theirs: list[int] = []
         prepared, self._prepared = self._prepared, None
         if prepared is not None and prepared.child_limits != self._child_limits(limits):
             self._discard(prepared)
             prepared = None
             if self.retired:
                 raise WarmSandboxBroken("; ".join(self.problems))
-        try:
-            if prepared is not None:
-                stdin_w, stdout_r, stderr_r = prepared.stdin_fd, prepared.stdout_fd, prepared.stderr_fd
-                ours += [stdin_w, stdout_r, stderr_r]
-            else:
-                stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
-                stdout_r, stdout_w = os.pipe2(os.O_CLOEXEC)
-                stderr_r, stderr_w = os.pipe2(os.O_CLOEXEC)
-                ours += [stdin_w, stdout_r, stderr_r]
-                theirs += [stdin_r, stdout_w, stderr_w]
-                data = json.dumps({"op": "fork", "limits": self._child_limits(limits)}).encode() + b"\n"
-                self.control.settimeout(_CONTROL_TIMEOUT)
-                self.control.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
-        except OSError as exc:
-            for fd in ours + theirs:
-                os.close(fd)
-            self._broken(f"cannot hand the call over: {exc}")
-        for fd in theirs:
-            os.close(fd)
+        if prepared is None:
+            try:
+                prepared = self._fork(limits)
+            except OSError as exc:
+                self._broken(f"cannot hand the call over: {exc}")
+        stdin_w, stdout_r, stderr_r = prepared.stdin_fd, prepared.stdout_fd, prepared.stderr_fd
+        ours = [stdin_w, stdout_r, stderr_r]
         try:
             # A process forked ahead was reported while the host took the call: already read.
             pidfd = self._expect_started()
         except OSError as exc:
-            for fd in ours:
-                os.close(fd)
+            prepared.close()
             self._broken(str(exc))
         groups = self._memory
         oom_before, pids_before, cpu_before = groups.oom_kills(), groups.pids_limit_hits(), groups.cpu_ms()
