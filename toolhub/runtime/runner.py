@@ -65,16 +65,14 @@ def _answer(request: dict[str, Any], channel: Channel) -> dict[str, Any]:
     if op == "invoke":
         _network(request.get("egress"))
         return invoke.invoke(request, channel)
-    if op == "agent":
-        # A strategy never has the network: it reaches the model and tools through the host.
-        _network(None)
-        from . import agent
+    # "agent": a strategy never has the network; it reaches the model and tools through the host.
+    _network(None)
+    from . import agent
 
-        toolkit = loader.load(source_path)
-        if toolkit.kind != "agent_strategy":
-            raise ProtocolError("the file is not an agent strategy")
-        return agent.run(toolkit.cls, request, channel)
-    raise AssertionError(op)
+    toolkit = loader.load(source_path)
+    if toolkit.kind != "agent_strategy":
+        raise ProtocolError("the file is not an agent strategy")
+    return agent.run(toolkit.cls, request, channel)
 
 
 # The largest source a request may announce (an upload is at most 512 KiB: source_checks).
