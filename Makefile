@@ -83,6 +83,7 @@ bench: dev-deps wheelhouse
 	$(PY) bench/environments.py
 	$(PY) bench/invoke.py
 	$(PY) bench/drain_cpu.py
+	$(PY) bench/sandbox_cpu.py
 	$(PY) bench/egress.py
 	$(PY) bench/serve.py
 
