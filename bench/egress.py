@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.invoke import Scratch, _measure, _percentile  # noqa: E402
+from bench.invoke import Scratch, _measure, _percentile, sandbox_request  # noqa: E402
 from bench.invoke import ready_toolkit as ready_echo_toolkit  # noqa: E402
 
 TOOLKIT = '''"""
@@ -84,7 +84,6 @@ def main() -> None:
         from django.conf import settings
         from django.core.management import call_command
 
-        from toolhub.sandbox import launcher as sandboxlib
         from toolhub.toolkits import sandboxing
         from toolhub.toolkits.building import revision_environment
 
@@ -99,12 +98,7 @@ def main() -> None:
         settings.TOOLHUB_SANDBOX_WARM_MAX_AGE = 3600.0
 
         def call(tool: str, expected: object, *, warm: bool, egress=policy) -> None:
-            request = {
-                "op": "invoke", "source_path": sandboxlib.SANDBOX_SOURCE_PATH, "tool": tool,
-                "arguments": {"text": "hello"} if tool == "echo" else {}, "valves": None, "user_valves": None,
-                "user": {"id": "1", "name": "bench", "email": "", "role": "admin"}, "metadata": {}, "messages": [],
-                "files": [], "model": None, "id": "bench_egress", "call_timeout": 5,
-            }
+            request = sandbox_request(tool, {"text": "hello"} if tool == "echo" else {}, "bench_egress")
             outcome = sandboxing.run(
                 revision=revision, env_dir=env_dir, request=request, on_message=lambda message: None,
                 egress=egress, warm=warm,

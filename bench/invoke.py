@@ -236,6 +236,17 @@ def ready_toolkit(source: str = TOOLKIT, slug: str = "bench_echo"):
     return user, toolkit
 
 
+def sandbox_request(tool: str, arguments: dict, toolkit_id: str) -> dict:
+    """The runtime's request for one call of the bench toolkit's tool in a sandbox."""
+    from toolhub.sandbox import launcher as sandboxlib
+
+    return {
+        "op": "invoke", "source_path": sandboxlib.SANDBOX_SOURCE_PATH, "tool": tool, "arguments": arguments,
+        "valves": None, "user_valves": None, "user": {"id": "1", "name": "bench", "email": "", "role": "admin"},
+        "metadata": {}, "messages": [], "files": [], "model": None, "id": toolkit_id, "call_timeout": 5,
+    }
+
+
 def in_process(source_path: Path, runs: int) -> tuple[list[float], list[float]]:
     def load():
         spec = importlib.util.spec_from_file_location(f"bench_toolkit_{uuid.uuid4().hex}", source_path)
@@ -260,11 +271,7 @@ def cold_sandbox(toolkit, runs: int) -> list[float]:
     env_dir = revision_environment(revision)
     runtime_dir = sandbox.runtime_dir()
     source_path = sandbox.source_file(revision)
-    request = {
-        "op": "invoke", "source_path": sandboxlib.SANDBOX_SOURCE_PATH, "tool": "echo", "arguments": ARGUMENTS,
-        "valves": None, "user_valves": None, "user": {"id": "1", "name": "bench", "email": "", "role": "admin"},
-        "metadata": {}, "messages": [], "files": [], "model": None, "id": "bench_echo", "call_timeout": 5,
-    }
+    request = sandbox_request("echo", ARGUMENTS, "bench_echo")
 
     def once() -> None:
         outcome = sandboxlib.run_sandboxed(
@@ -285,7 +292,6 @@ def bare_python(runs: int) -> list[float]:
 def warm_sandbox(toolkit, runs: int) -> tuple[list[float], list[float], list[float], dict[str, int]]:
     """The warm call (back to back, and 10 ms apart), the fork-server floor and the memory of
     one idle warm sandbox."""
-    from toolhub.sandbox import launcher as sandboxlib
     from toolhub.sandbox.warm_pool import WarmPool
     from toolhub.toolkits import sandboxing as sandbox
     from toolhub.toolkits.building import revision_environment
@@ -294,11 +300,7 @@ def warm_sandbox(toolkit, runs: int) -> tuple[list[float], list[float], list[flo
     env_dir = revision_environment(revision)
     runtime_dir = sandbox.runtime_dir()
     source_path = sandbox.source_file(revision)
-    request = {
-        "op": "invoke", "source_path": sandboxlib.SANDBOX_SOURCE_PATH, "tool": "echo", "arguments": ARGUMENTS,
-        "valves": None, "user_valves": None, "user": {"id": "1", "name": "bench", "email": "", "role": "admin"},
-        "metadata": {}, "messages": [], "files": [], "model": None, "id": "bench_echo", "call_timeout": 5,
-    }
+    request = sandbox_request("echo", ARGUMENTS, "bench_echo")
     limits = sandbox.limits()
     pool = WarmPool(size=1, uid_pool=sandbox.uid_pool(), max_calls=10_000, max_age=3600)
     try:

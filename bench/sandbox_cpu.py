@@ -110,7 +110,6 @@ def main() -> None:
         django.setup()
         from django.core.management import call_command
 
-        from toolhub.sandbox import launcher as sandboxlib
         from toolhub.sandbox.warm import _descendants as descendants
         from toolhub.sandbox.warm_pool import WarmPool
         from toolhub.toolkits import sandboxing as sandbox
@@ -123,12 +122,7 @@ def main() -> None:
         runtime_dir = sandbox.runtime_dir()
         source_path = sandbox.source_file(revision)
         source = source_path.read_bytes()
-        request = {
-            "op": "invoke", "source_path": sandboxlib.SANDBOX_SOURCE_PATH, "tool": "echo",
-            "arguments": common.ARGUMENTS, "valves": None, "user_valves": None,
-            "user": {"id": "1", "name": "bench", "email": "", "role": "admin"}, "metadata": {}, "messages": [],
-            "files": [], "model": None, "id": "bench_echo", "call_timeout": 5,
-        }
+        request = common.sandbox_request("echo", common.ARGUMENTS, "bench_echo")
         limits = sandbox.limits()
         pool = WarmPool(size=1, uid_pool=sandbox.uid_pool(), max_calls=1_000_000, max_age=24 * 3600)
         try:
