@@ -289,6 +289,33 @@ def bare_python(runs: int) -> list[float]:
     return _measure(lambda: subprocess.run(["/usr/bin/python3.11", "-I", "-S", "-c", "pass"], check=True), runs)
 
 
+def warm_echo(pool, *, env_dir: Path, runtime_dir: Path, source_path: Path, limits) -> Callable[[], None]:
+    """One call of the bench toolkit's echo tool on a warm sandbox of `pool` (WarmPool.run),
+    checked."""
+    request = sandbox_request("echo", ARGUMENTS, "bench_echo")
+
+    def call() -> None:
+        outcome = pool.run(interpreter_env=env_dir, runtime_dir=runtime_dir, source_path=source_path,
+                           request=request, limits=limits, on_message=lambda message: None)
+        if (outcome.final or {}).get("result") != ARGUMENTS["text"]:
+            raise SystemExit(f"the warm call failed: {outcome}")
+
+    return call
+
+
+def fork_server_floor(sandbox, source: bytes, limits) -> Callable[[], None]:
+    """One call on the warm `sandbox` whose process answers at once (an unknown op), so that
+    nothing of a toolkit loads: what any call costs."""
+
+    def floor() -> None:
+        outcome = sandbox.call(source=source, request={"op": "floor", "source_path": "-"}, limits=limits,
+                               on_message=lambda message: None)
+        if (outcome.final or {}).get("kind") != "error":
+            raise SystemExit(f"the floor call failed: {outcome}")
+
+    return floor
+
+
 def warm_sandbox(toolkit, runs: int) -> tuple[list[float], list[float], list[float], dict[str, int]]:
     """The warm call (back to back, and 10 ms apart), the fork-server floor and the memory of
     one idle warm sandbox."""
@@ -300,30 +327,16 @@ def warm_sandbox(toolkit, runs: int) -> tuple[list[float], list[float], list[flo
     env_dir = revision_environment(revision)
     runtime_dir = sandbox.runtime_dir()
     source_path = sandbox.source_file(revision)
-    request = sandbox_request("echo", ARGUMENTS, "bench_echo")
     limits = sandbox.limits()
     pool = WarmPool(size=1, uid_pool=sandbox.uid_pool(), max_calls=10_000, max_age=3600)
     try:
-        def call() -> None:
-            outcome = pool.run(interpreter_env=env_dir, runtime_dir=runtime_dir, source_path=source_path,
-                               request=request, limits=limits, on_message=lambda message: None)
-            if (outcome.final or {}).get("result") != ARGUMENTS["text"]:
-                raise SystemExit(f"the warm call failed: {outcome}")
-
+        call = warm_echo(pool, env_dir=env_dir, runtime_dir=runtime_dir, source_path=source_path, limits=limits)
         warm = _measure(call, runs)
         # A worker records each result before its next call, while the sandbox finishes the
         # call's tail (its clean-up after the answer): the same call with 10 ms between calls.
         warm_paused = _measure(call, runs, pause=0.01)
         (only,) = pool.idle()
-        source = source_path.read_bytes()
-
-        def floor() -> None:
-            outcome = only.call(source=source, request={"op": "floor", "source_path": "-"}, limits=limits,
-                                on_message=lambda message: None)
-            if (outcome.final or {}).get("kind") != "error":
-                raise SystemExit(f"the floor call failed: {outcome}")
-
-        floor_times = _measure(floor, runs)
+        floor_times = _measure(fork_server_floor(only, source_path.read_bytes(), limits), runs)
         memory = only.memory()
     finally:
         pool.close()

@@ -11,8 +11,9 @@ the bench toolkit, R alternating rounds of N calls each, 10 ms apart (as a worke
   nothing of a toolkit loads;
 - the trivial tool call (bench/invoke.py's echo tool), the same process doing the whole call;
 - the baseline, outside any sandbox: the environment's own interpreter with the runtime's
-  imports (pydantic, asyncio) loaded, forking a child that exits at once, N times 10 ms apart
-  (its own CPU and its children's, from getrusage).
+  modules and pydantic imported as the fork server imports them (without its warm-up call),
+  forking a child that exits at once, N times 10 ms apart (its own CPU and its children's, from
+  getrusage).
 
 For the two sandboxed rows the sandbox's CPU comes from its cpuacct cgroup (bubblewrap, the fork
 server and every call's process), the host's from this thread's CPU time. Prints the medians
@@ -121,26 +122,15 @@ def main() -> None:
         env_dir = revision_environment(revision)
         runtime_dir = sandbox.runtime_dir()
         source_path = sandbox.source_file(revision)
-        source = source_path.read_bytes()
-        request = common.sandbox_request("echo", common.ARGUMENTS, "bench_echo")
         limits = sandbox.limits()
         pool = WarmPool(size=1, uid_pool=sandbox.uid_pool(), max_calls=1_000_000, max_age=24 * 3600)
         try:
-            def echo() -> None:
-                outcome = pool.run(interpreter_env=env_dir, runtime_dir=runtime_dir, source_path=source_path,
-                                   request=request, limits=limits, on_message=lambda message: None)
-                if (outcome.final or {}).get("result") != common.ARGUMENTS["text"]:
-                    raise SystemExit(f"the warm call failed: {outcome}")
-
+            echo = common.warm_echo(pool, env_dir=env_dir, runtime_dir=runtime_dir, source_path=source_path,
+                                    limits=limits)
             echo()
             echo()
             (only,) = pool.idle()
-
-            def floor() -> None:
-                outcome = only.call(source=source, request={"op": "floor", "source_path": "-"}, limits=limits,
-                                    on_message=lambda message: None)
-                if (outcome.final or {}).get("kind") != "error":
-                    raise SystemExit(f"the floor call failed: {outcome}")
+            floor = common.fork_server_floor(only, source_path.read_bytes(), limits)
 
             counter = only._memory.dirs.get("cpuacct")
             if counter is None:
