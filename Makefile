@@ -89,3 +89,14 @@ bench: dev-deps wheelhouse
 
 clean:
 	rm -rf $(VENV) /tmp/toolhub-test-data
+
+# The container image (Dockerfile; docs/deploying.md, "A container image"), and a real run of
+# it: web, worker and maintenance worker containers against $DATABASE_URL's PostgreSQL and
+# $REDIS_URL, a toolkit built and a tool called in the worker's sandbox (scripts/image_check.py;
+# IMAGE_CHECK_ARGS="--base toolhub-base:bookworm --offline --wheelhouse $(WHEELHOUSE)" offline).
+.PHONY: image image-check
+image:
+	docker build -t toolhub:latest .
+
+image-check: deps
+	$(PY) scripts/image_check.py $(IMAGE_CHECK_ARGS)

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sandbox_cpu.py [--calls N] [--rounds R]
 
-A warm call runs the toolkit in a process forked for that one call (README, Warm sandboxes), so
+A warm call runs the toolkit in a process forked for that one call (docs/sandbox.md, Warm sandboxes), so
 every call pays a fork of the fork server (an interpreter with the runtime and pydantic loaded),
 that process's copy-on-write faults and its exit. This bench measures, on one warm sandbox of
 the bench toolkit, R alternating rounds of N calls each, 10 ms apart (as a worker's calls are):

@@ -1,15 +1,19 @@
-"""What the tool-server layers cost on top of an invocation: the same trivial tool called
-over real HTTP through `POST /api/v1/.../invoke` (`"wait": true`), the OpenAPI tool server
+"""A call as LLM apps make it, through the real server: the same trivial tool called over
+HTTP through `POST /api/v1/.../invoke` (`"wait": true`), the OpenAPI tool server
 (`POST /openapi/{slug}/{tool}`) and MCP `tools/call` (the official `mcp` client, on a
 handshake-era session and on a 2026-07-28 stateless connection), against one uvicorn server
-process and one real Celery worker.
+process (as `make run` starts it) and one real Celery worker of concurrency 2 with warm
+sandboxes; beside them, in the same rounds, a bare `python3.11 -I -S -c pass` (the baseline).
 
-    .venv/bin/python bench/serve.py [--runs N] [--port P]
+    .venv/bin/python bench/serve.py [--runs N] [--burst N] [--connections C] [--port P]
 
-The paths are called round robin (one call of each per round) so that the shared machine's
-changing load weighs on every row alike. Rows: p50 and p95 over N rounds after two warm-up
-rounds, and each p50's ratio to (and
-difference from) the direct API call's. Scratch setup as in bench/invoke.py (a fresh data
+The paths and the bare start are called round robin (one of each per round) so that the
+shared machine's changing load weighs on every row alike. Rows: p50 and p95 over N rounds
+after two warm-up rounds; each p50's ratio to the bare start and to the direct API call.
+Then a burst: N calls sent at once over HTTP (API, `wait: true`) from C client connections,
+timed until the last answer, with the CPU every process on the host spent on it, by role
+(from /proc, as bench/drain_cpu.py reads it). The targets of issue "Fast through the real
+server" are printed beside the figures. Scratch setup as in bench/invoke.py (a fresh data
 directory and database; `REDIS_URL` for Redis, else the filesystem broker). Needs root,
 bubblewrap and the sandbox users, like the worker."""
 
@@ -29,7 +33,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
+import drain_cpu  # noqa: E402 - bench/drain_cpu.py: CPU per process from /proc.
 import invoke as base  # noqa: E402 - bench/invoke.py: scratch setup, worker, toolkit, percentiles.
+
+BARE = "bare python3.11 -I -S -c pass"
+# Issue "Fast through the real server": its targets, measured in one run.
+TARGET_BARE_RATIO = 2.0
+TARGET_MCP_RATIO = 1.2
+TARGET_RATE = 100.0
 
 
 class Server:
@@ -103,8 +114,13 @@ async def measure(url: str, token: str, slug: str, runs: int) -> list[tuple[str,
                 _check(not result.is_error and result.content[0].text == text, "MCP", result)
             return call
 
+        async def bare() -> None:
+            process = await asyncio.create_subprocess_exec("/usr/bin/python3.11", "-I", "-S", "-c", "pass")
+            _check(await process.wait() == 0, "bare interpreter")
+
         paths = [("API: POST .../invoke, wait", api), ("OpenAPI: POST /openapi/{slug}/echo", openapi),
-                 ("MCP tools/call (2025 session)", mcp_call("legacy")), ("MCP tools/call (2026-07-28)", mcp_call("2026-07-28"))]
+                 ("MCP tools/call (2025 session)", mcp_call("legacy")), ("MCP tools/call (2026-07-28)", mcp_call("2026-07-28")),
+                 (BARE, bare)]
         times: dict[str, list[float]] = {name: [] for name, _call in paths}
         for round_ in range(runs + 2):
             for name, call in paths:
@@ -115,15 +131,56 @@ async def measure(url: str, token: str, slug: str, runs: int) -> list[tuple[str,
         return [(name, times[name]) for name, _call in paths]
 
 
+async def burst(url: str, token: str, slug: str, calls: int, connections: int) -> float:
+    """`calls` API calls (`wait: true`) sent at once over `connections` keep-alive connections;
+    seconds until the last answer."""
+    import httpx2
+
+    clients = [httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120,
+                                  limits=httpx2.Limits(max_connections=1)) for _ in range(connections)]
+
+    async def one(number: int) -> None:
+        response = await clients[number % connections].post(
+            f"{url}/api/v1/toolkits/{slug}/tools/echo/invoke", json={"arguments": base.ARGUMENTS, "wait": True})
+        _check(response.status_code == 200 and response.json()["status"] == "succeeded", "burst", response.text)
+
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(one(n) for n in range(calls)))
+        return time.perf_counter() - started
+    finally:
+        for client in clients:
+            await client.aclose()
+
+
+def _roles(server_pid: int, worker_pid: int, before, after) -> dict[str, float]:
+    """CPU seconds by role between two drain_cpu._processes() snapshots: the web server (uvicorn
+    and its threads) first, then drain_cpu's roles of the worker and the rest of the host."""
+    spent = drain_cpu._cpu_by_role(before, after, worker_pid)
+    tick = os.sysconf("SC_CLK_TCK")
+    web = 0.0
+    for pid, (_command, _parent, start, ticks) in after.items():
+        if pid == server_pid:
+            earlier = before.get(pid)
+            web = (ticks - (earlier[3] if earlier is not None and earlier[2] == start else 0)) / tick
+    other = drain_cpu.ROLES[6]
+    spent[other] = max(0.0, spent[other] - web)
+    return {"web server (uvicorn)": web, **spent}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=30, help="calls per row (default 30)")
+    parser.add_argument("--burst", type=int, default=200, help="calls sent at once in the burst (default 200; 0: none)")
+    parser.add_argument("--connections", type=int, default=8, help="client connections of the burst (default 8)")
     parser.add_argument("--port", type=int, default=21390, help="port of the scratch server (default 21390)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch directory (the server's and worker's logs)")
     args = parser.parse_args()
 
     scratch = base.Scratch()
     # The bench makes more calls a minute than the default per-user limit allows.
-    os.environ.update(TOOLHUB_USER_CALLS_PER_MINUTE="0", TOOLHUB_CLIENT_CALLS_PER_MINUTE="0")
+    os.environ.update(TOOLHUB_USER_CALLS_PER_MINUTE="0", TOOLHUB_CLIENT_CALLS_PER_MINUTE="0",
+                      TOOLHUB_USER_MAX_ACTIVE="0", TOOLHUB_USER_INVOCATIONS_PER_MINUTE="0")
     worker = server = None
     try:
         import django
@@ -139,25 +196,48 @@ def main() -> None:
         broker = "redis" if settings.REDIS_URL else "filesystem"
         database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
         print(f"toolkit ready; broker: {broker}, database: {database}", flush=True)
-        worker = base.Worker(scratch, concurrency=1)
+        worker = base.Worker(scratch, concurrency=2, warm=True)
         server = Server(scratch, args.port)
         _token, raw = ApiToken.issue(user=user, name="bench")
 
         rows = asyncio.run(measure(server.url, raw, toolkit.slug, args.runs))
 
-        baseline = base._percentile(rows[0][1], 0.5)
-        print(f"\n{args.runs} calls per row, over HTTP to one uvicorn process, one worker (concurrency 1)\n")
-        print(f"| {'path':<36} | {'p50 ms':>8} | {'p95 ms':>8} | {'p50 / API':>9} | {'p50 - API ms':>12} |")
-        print(f"| {'-' * 36} | {'-' * 8}:| {'-' * 8}:| {'-' * 9}:| {'-' * 12}:|")
+        p50s = {name: base._percentile(times, 0.5) for name, times in rows}
+        api, bare = p50s[rows[0][0]], p50s[BARE]
+        print(f"\n{args.runs} rounds, over HTTP to one uvicorn process, one worker (concurrency 2, warm sandboxes);"
+              f" the bare start timed in the same rounds\n")
+        print(f"| {'path':<36} | {'p50 ms':>8} | {'p95 ms':>8} | {'p50 / bare':>10} | {'p50 / API':>9} |")
+        print(f"| {'-' * 36} | {'-' * 8}:| {'-' * 8}:| {'-' * 10}:| {'-' * 9}:|")
         for name, times in rows:
-            p50, p95 = base._percentile(times, 0.5), base._percentile(times, 0.95)
-            print(f"| {name:<36} | {p50 * 1000:8.1f} | {p95 * 1000:8.1f} | {p50 / baseline:9.2f} | {(p50 - baseline) * 1000:12.1f} |")
+            p50, p95 = p50s[name], base._percentile(times, 0.95)
+            print(f"| {name:<36} | {p50 * 1000:8.1f} | {p95 * 1000:8.1f} | {p50 / bare:10.2f} | {p50 / api:9.2f} |")
+        mcp = p50s["MCP tools/call (2025 session)"]
+        print(f"\nTargets: API p50 / bare {api / bare:.2f} (<= {TARGET_BARE_RATIO}: "
+              f"{'met' if api / bare <= TARGET_BARE_RATIO else 'missed'}); MCP (session) p50 / API {mcp / api:.2f} "
+              f"(<= {TARGET_MCP_RATIO}: {'met' if mcp / api <= TARGET_MCP_RATIO else 'missed'})")
+
+        if args.burst:
+            before = drain_cpu._processes()
+            seconds = asyncio.run(burst(server.url, raw, toolkit.slug, args.burst, args.connections))
+            after = drain_cpu._processes()
+            rate = args.burst / seconds
+            print(f"\nBurst: {args.burst} calls sent at once over {args.connections} connections: {seconds:.2f} s, "
+                  f"{rate:.1f} calls/s (target >= {TARGET_RATE:.0f}: {'met' if rate >= TARGET_RATE else 'missed'})\n")
+            print(f"| {'process':<42} | {'CPU ms per call':>15} |")
+            print(f"| {'-' * 42} | {'-' * 15}:|")
+            spent = _roles(server.process.pid, worker.process.pid, before, after)
+            for role, cpu in spent.items():
+                print(f"| {role:<42} | {cpu * 1000 / args.burst:15.2f} |")
+            # The rest of the host (other work on a shared machine) is shown, not counted.
+            total = sum(cpu for role, cpu in spent.items() if role != drain_cpu.ROLES[6]) * 1000 / args.burst
+            print(f"| {'ToolHub, PostgreSQL, Redis and the bench':<42} | {total:15.2f} |")
+            print(f"\nOn {os.cpu_count()} cores that CPU allows {os.cpu_count() * 1000 / total:.1f} calls/s.")
     finally:
         if server is not None:
             server.stop()
         if worker is not None:
             worker.stop()
-        scratch.remove(keep=False)
+        scratch.remove(keep=args.keep)
 
 
 if __name__ == "__main__":

@@ -255,6 +255,20 @@ def _english_by_default():
         yield
 
 
+@pytest.fixture(autouse=True)
+def _no_warm_sandbox_outlives_its_test():
+    """A test that ran tool calls in this process (inline tasks) leaves the process's warm pool
+    with idle sandboxes, each holding a sandbox uid, its processes alive, for up to
+    TOOLHUB_SANDBOX_WARM_IDLE_SECONDS: later tests found those uids busy, and the checks that no
+    sandbox process survives a test saw them. The pool goes with the test that made it."""
+    yield
+    from toolhub.toolkits import sandboxing
+
+    held, sandboxing._warm = sandboxing._warm, None
+    if held is not None:
+        held[1].close()
+
+
 _NEEDS = ("database", "worker", "sandbox", "browser")
 _DATABASE_FIXTURES = {"db", "transactional_db", "django_db_setup", "live_server", "admin", "alice", "bob", "carol"}
 _WORKER_FIXTURES = {"worker", "slow_worker"}

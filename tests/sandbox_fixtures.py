@@ -81,7 +81,7 @@ def _exists(name: str) -> bool:
 
 
 def sandbox_processes() -> list[str]:
-    """`ps` lines of the processes the sandbox users own in this process's cgroup subtree.
+    """`ps` lines of the live processes the sandbox users own in this process's cgroup subtree.
 
     On a CI machine that subtree is the whole machine. On a shared development machine the
     cgroup keeps out the sandboxes that other test sessions run at the same moment, while
@@ -96,7 +96,12 @@ def sandbox_processes() -> list[str]:
     own = _memory_cgroup("self")
     lines = []
     for line in result.stdout.splitlines():
-        pid = line.split(maxsplit=1)[0] if line.strip() else ""
+        fields = line.split(maxsplit=2)
+        # A zombie has ended; only its entry waits for the host's init to reap it (on this kind
+        # of machine that init takes a second or more). It runs nothing and holds nothing open.
+        if len(fields) >= 2 and fields[1].startswith("Z"):
+            continue
+        pid = fields[0] if fields else ""
         theirs = _memory_cgroup(pid)
         if own is None or theirs is None or theirs == own or theirs.startswith(own.rstrip("/") + "/"):
             lines.append(line.strip())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.conftest import REPO, _database_url
 
-# Issue 13's port range; the tests pick a free one in it.
+# The serving tests' port range; the tests pick a free one in it.
 PORTS = range(21300, 21400)
 
 
@@ -50,7 +50,8 @@ class ServerProcess:
 
 def start_server(tmp_path: Path, **extra_env: str) -> ServerProcess:
     port = _free_port()
-    env = dict(os.environ, DATABASE_URL=_database_url(), **extra_env)
+    env = dict(os.environ, DATABASE_URL=_database_url())
+    env.update(extra_env)
     log = tmp_path / "server.log"
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "toolhub.asgi:application", "--host", "127.0.0.1", "--port", str(port),

@@ -294,3 +294,16 @@ def test_invocations_say_their_surface_and_client(client, secret, alice, bearer)
     invocation_id = parse_qs(urlsplit(response["Location"]).query)["run"][0]
     got = client.get(f"/api/v1/invocations/{invocation_id}", **headers).json()
     assert (got["surface"], got["client"]) == ("page", None)
+
+
+def test_api_refuses_names_that_use_would_ignore(client, secret, alice, bearer, research):
+    """`users` with `use: admins` used to be stored and silently do nothing."""
+    response = _put(client, bearer(alice), {"use": "admins", "users": ["carol"]})
+    assert response.status_code == 400
+    [error] = response.json()["errors"]
+    assert error["field"] == "users" and "apply only with use: groups" in error["message"]
+    response = _put(client, bearer(alice), {"use": "everyone", "groups": ["Research"]})
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "groups"
+    secret.refresh_from_db()
+    assert secret.use == Use.EVERYONE and not secret.use_users.exists()
+    assert _put(client, bearer(alice), {"use": "admins", "users": [], "groups": []}).status_code == 200

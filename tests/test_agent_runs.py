@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from tests.conftest import start_worker
 from tests.model_server import completion
@@ -274,6 +275,27 @@ def test_the_time_budget_stops_a_slow_model(setup, carol, model_server, settings
     assert (run.status, run.limit) == ("failed", "time")
     assert run.error == "The run used its 1.5 s and stops here."
     assert [n["label"] for n in run.log][-1] == "Limit reached"
+
+
+def test_a_run_beats_while_its_model_takes_its_time(setup, carol, model_server, monkeypatch):
+    """The worker's beat runs beside a slow model call (the tool calls' beat, on its timing), so
+    the reaper never takes a run that waits on its model for a dead one."""
+    from toolhub.runs import engine as run_engine
+
+    monkeypatch.setattr(run_engine, "HEARTBEAT_SECONDS", 0.2)
+    seen = []
+
+    def slow(body):
+        for _ in range(8):
+            time.sleep(0.2)
+            seen.append(AgentRun.objects.values_list("heartbeat_at", flat=True).get())
+        connection.close()  # this thread's own
+        return completion("done")
+
+    model_server.replies = [slow]
+    run = run_here(start(carol))
+    assert run.status == "succeeded"
+    assert len(set(seen)) >= 3, seen
 
 
 def test_the_reaper_ends_a_run_whose_worker_died(setup, carol):

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Group
 
+from tests.helpers import broker_at
 from tests.test_api_toolkits import Api, _api, _is_error
 from toolhub.agents import services
-from toolhub.agents.models import AgentRun, Use
+from toolhub.agents.models import AgentRun, AgentRunStatus, Use
 from toolhub.toolkits.models import Status
 
 pytestmark = pytest.mark.django_db
@@ -68,6 +69,15 @@ def test_it_queues_a_run_and_its_user_reads_it(world, carol):
     read = api.get(f"/agent-runs/{run.id}").json()
     assert read["status"] == "queued" and read["answer"] is None and read["log"] == []
     assert read["tools"] == run.tools and read["invocations"] == []
+
+
+def test_a_broker_that_is_down_answers_503_and_the_run_is_failed_not_queued(world, carol):
+    with broker_at("redis://127.0.0.1:1/0"):
+        response = _api(carol).post("/agent-runs", _body())
+    assert response.status_code == 503, response.content
+    run = AgentRun.objects.get()
+    assert run.status == AgentRunStatus.FAILED and run.finished_at is not None
+    assert run.error == "No worker could take the run (the broker is unavailable)."
 
 
 def test_another_user_gets_404_and_admins_may_read(world, carol, bob, admin):

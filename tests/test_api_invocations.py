@@ -1,4 +1,4 @@
-"""The invocation endpoints of the API (../shared/API.md, "Invocations"): argument checks
+"""The invocation endpoints of the API (docs/api.md, "Invocations"): argument checks
 before anything is queued, the states a caller must be told about (not ready, unknown tool,
 no broker), who may read and answer an invocation, and the error shape. The toolkits here
 are made ready by hand with a stored spec (the sandboxed introspection and real runs are
@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import example
 from tests.helpers import bearer_headers, broker_at, ready_string_reverse, reverse_tool
-from toolhub.runs.models import Event, Invocation, RunStatus
+from toolhub.runs.models import Event, Invocation, RunStatus, Surface
 from toolhub.toolkits.models import Status
 
 pytestmark = pytest.mark.django_db
@@ -202,14 +202,40 @@ def test_a_take_that_found_nothing_looks_again_while_the_row_may_still_come(tool
     patience = engine._RowPatience(pk)
     assert patience.still_to_come()  # no row yet: look again after a pause
     made_invocation(toolkit, carol, id=pk)
-    assert patience.still_to_come()  # it came after the last look: one more
-    assert not patience.still_to_come()
+    assert patience.still_to_come()  # it came after the last look, queued: look again
+    Invocation.objects.filter(pk=pk).update(status=RunStatus.RUNNING)
+    assert not patience.still_to_come()  # run for another message: nothing left to do
+    assert not patience.gave_up
     monkeypatch.setattr(engine, "ROW_PATIENCE_SECONDS", 0.05)
     never = engine._RowPatience(uuid.uuid4())
     started = time.monotonic()
     while never.still_to_come():
         assert time.monotonic() - started < 2
     assert time.monotonic() - started >= 0.05
+    assert never.gave_up
+
+
+def test_after_running_another_call_a_message_takes_again_only_while_its_own_waits(toolkit, carol, monkeypatch):
+    """A message whose row never comes must not keep a worker process taking others' calls
+    for good: its patience counts from its start. Its own call still queued is taken whatever
+    the time; one the queue never takes (a tool test's) leaves nothing to wait for."""
+    from toolhub.runs import engine
+
+    monkeypatch.setattr(engine, "ROW_PATIENCE_SECONDS", 0.05)
+    never = engine._RowPatience(uuid.uuid4())
+    assert never.waits()
+    time.sleep(0.06)
+    assert not never.waits() and never.gave_up
+
+    queued = made_invocation(toolkit, carol)
+    patience = engine._RowPatience(queued.pk)
+    time.sleep(0.06)
+    assert patience.waits() and not patience.gave_up
+    Invocation.objects.filter(pk=queued.pk).update(status=RunStatus.SUCCEEDED)
+    assert not patience.waits()
+
+    test_call = made_invocation(toolkit, carol, surface=Surface.TEST)
+    assert not engine._RowPatience(test_call.pk).waits()
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The Toolkits endpoints of the HTTP API (../shared/API.md).
+"""The Toolkits endpoints of the HTTP API (docs/api.md).
 
 People (see conftest): admin is staff, alice owns the toolkits here, bob is another author
 who owns nothing of alice's, carol is a plain user who may view but not upload.
@@ -132,12 +132,13 @@ def test_it_lists_toolkits(as_carol, toolkit):
                 "status": "awaiting_approval",
                 "tool_names": ["forecast"],
             }
-        ]
+        ],
+        "next_cursor": None,
     }
 
 
 def test_it_lists_nothing_when_there_are_no_toolkits(as_carol):
-    assert as_carol.get("/toolkits").json() == {"items": []}
+    assert as_carol.get("/toolkits").json() == {"items": [], "next_cursor": None}
 
 
 def test_it_filters_the_list(as_carol, alice, upload):

@@ -4,6 +4,7 @@ every import counts, also one inside a function."""
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -20,7 +21,8 @@ DJANGO_FREE = {
     "toolhub.runtime": set(),
     "toolhub.sandbox": set(),
     "toolhub.vault": set(),
-    "toolhub.packages.envbuild": {"toolhub.packages.build_runner", "toolhub.sandbox.build"},
+    "toolhub.packages.envbuild": {"toolhub.packages.build_runner", "toolhub.packages.locks", "toolhub.sandbox.build"},
+    "toolhub.packages.locks": {"toolhub.packages.build_runner", "toolhub.sandbox.build"},
     "toolhub.packages.build_runner": {"toolhub.sandbox.build"},
     "toolhub.packages.index_client": set(),
 }
@@ -152,3 +154,102 @@ def test_the_check_sees_function_local_imports(tmp_path):
     (package / "b.py").write_text("import toolhub.a\n")
     graph = {f"toolhub.{n}": _imports(package / f"{n}.py", tmp_path) for n in ("a", "b")}
     assert _cycles(graph) == [["toolhub.a", "toolhub.b"]]
+
+
+# Modules stay small enough to read in one sitting (docs/architecture.md). Test modules are
+# exempt: each is a flat list of independent cases, read one test at a time, and a module per
+# subject reads better than the same cases cut at an arbitrary length. Migrations are generated.
+MAX_MODULE_LINES = 800
+SIZED = ("toolhub", "scripts", "bench")
+
+
+def _long_modules(root: Path = ROOT) -> dict[str, int]:
+    found = {}
+    for top in SIZED:
+        for path in (root / top).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            lines = len(path.read_text().splitlines())
+            if lines > MAX_MODULE_LINES:
+                found[str(path.relative_to(root))] = lines
+    return found
+
+
+def test_no_module_is_longer_than_800_lines():
+    assert _long_modules() == {}
+
+
+def test_the_length_check_sees_a_long_module(tmp_path):
+    (tmp_path / "toolhub" / "migrations").mkdir(parents=True)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "toolhub" / "long.py").write_text("x = 1\n" * 801)
+    (tmp_path / "toolhub" / "short.py").write_text("x = 1\n" * 800)
+    (tmp_path / "toolhub" / "migrations" / "0001_initial.py").write_text("x = 1\n" * 2000)
+    assert _long_modules(tmp_path) == {"toolhub/long.py": 801}
+
+
+# The repository stands alone: nothing in it may point at a path outside it, such as the
+# folder of specifications it was written from or the machine it was developed on.
+OUTSIDE_PATTERNS = ("../" + "shared", "/" + "work/")
+CHECKED_FILES = ("README.md", "Makefile", "docs/**/*.md", "bench/**/*", "toolhub/**/*", "scripts/**/*",
+                 "tests/**/*.py", "templates/**/*.html", ".ci/*")
+
+
+def _outside_references(root: Path = ROOT) -> list[str]:
+    found = []
+    for pattern in CHECKED_FILES:
+        for path in sorted(root.glob(pattern)):
+            if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".mo", ".png", ".pyc"):
+                continue
+            try:
+                text = path.read_text()
+            except UnicodeDecodeError:
+                continue
+            for number, line in enumerate(text.splitlines(), 1):
+                for outside in OUTSIDE_PATTERNS:
+                    if outside in line:
+                        found.append(f"{path.relative_to(root)}:{number}: {outside}")
+    return found
+
+
+def test_nothing_refers_to_a_path_outside_the_repository():
+    assert _outside_references() == []
+
+
+def test_the_outside_path_check_sees_a_reference(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "toolhub").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("See ../" + "shared/API.md.\n")
+    (tmp_path / "toolhub" / "b.py").write_text('PATH = "/' + 'work/main/x"\n')
+    (tmp_path / "toolhub" / "c.py").write_text('PATH = "docs/api.md"\n')
+    shared, work = OUTSIDE_PATTERNS
+    assert _outside_references(tmp_path) == [f"docs/a.md:1: {shared}", f"toolhub/b.py:1: {work}"]
+
+
+# Code, tests and docs say what something is for, not which issue or finding asked for it:
+# that history lives in git.
+HISTORY = re.compile(r"\b(?:[Ii]ssue|[Ff]indings?) \d+")
+
+
+def _history_references(root: Path = ROOT) -> list[str]:
+    found = []
+    for pattern in ("README.md", "docs/**/*.md", "bench/**/*.py", "bench/README.md", "toolhub/**/*.py", "tests/**/*.py"):
+        for path in sorted(root.glob(pattern)):
+            if not path.is_file() or "__pycache__" in path.parts:
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if HISTORY.search(line):
+                    found.append(f"{path.relative_to(root)}:{number}")
+    return found
+
+
+def test_nothing_names_the_issue_or_finding_it_came_from():
+    assert _history_references() == []
+
+
+def test_the_history_check_sees_a_reference(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text('"""Fair use (iss' + 'ue 15)."""\n')
+    (tmp_path / "tests" / "test_b.py").write_text('"""Fair use: one tissue 15 paper."""\n')
+    assert _history_references(tmp_path) == ["tests/test_a.py:1"]

@@ -1,5 +1,6 @@
-"""Issue 15, finding 1: a package's build code ran as root on the worker, outside any sandbox,
-before it was approved, and read the settings file, the database and /etc/shadow.
+"""A package's build code runs only in the build sandbox, as the build user, and only once an
+admin allowed its source build: it cannot read the settings file, the database, other toolkits'
+environments or /etc/shadow, nor reach anything but the index.
 
 The hostile package is real: `nice-lib` (a wheel) depends on `evil-dep`, which exists only as a
 source distribution whose build backend reports, from every hook pip and uv call (dependencies,
@@ -12,8 +13,10 @@ same probes run as the build user outside the sandbox read it (checked first).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
+import hashlib
 import http.server
 import json
 import os
@@ -22,6 +25,8 @@ import secrets
 import shutil
 import subprocess
 import threading
+import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -347,3 +352,108 @@ def test_an_allowed_source_build_with_a_remote_index_reaches_the_index_and_nothi
         reached = {probe for probe, ok in report["probes"].items() if ok}
         assert reached == {f"http://127.0.0.1:{index_port}/"}, report
     assert f"egress refused: 127.0.0.1:{other_port} is not one of the hosts allowed here" in revision.build_log
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_build_that_reaches_the_download_limit_fails_naming_the_limit(
+    client, admin, alice, upload, remote_index, inline_tasks, django_capture_on_commit_callbacks, settings,
+):
+    # pydantic-core's wheel alone is larger than this.
+    settings.TOOLHUB_BUILD_MAX_DOWNLOAD_BYTES = 1024 * 1024
+    toolkit = upload(alice, toolkit_source("Nice", "nice-net"), slug="nice_net")
+    _approve(client, admin, "nice-net", django_capture_on_commit_callbacks)
+    _approve(client, admin, "evil-net", django_capture_on_commit_callbacks, source_build="on")
+    _retry(client, alice, "nice_net", django_capture_on_commit_callbacks)
+
+    revision = _revision(toolkit)
+    assert revision.status == Status.FAILED, revision.status
+    assert revision.status_detail.endswith("stopped at the build's download limit of 1 MiB"), (
+        revision.status_detail, revision.build_log[-3000:],
+    )
+    assert "egress refused: byte limit reached (1048576 bytes per invocation)" in revision.build_log
+
+
+# A lock of 100+ packages (the `azure` meta-package locks 108): uv downloads them through the
+# build's egress forwarder, which keeps at most 64 connections open.
+BULK = 110
+
+
+def _bulk_wheel(directory: Path, name: str, requires: list[str]) -> None:
+    """A pure-Python wheel written directly (building 110 projects would take minutes)."""
+    module = name.replace("-", "_")
+    info = f"{module}-1.0.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    files = {
+        f"{module}/__init__.py": f"NAME = {name!r}\n".encode(),
+        f"{info}/METADATA": metadata.encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: toolhub-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+        for path, data in files.items()
+    ]
+    files[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
+    with zipfile.ZipFile(directory / f"{module}-1.0-py3-none-any.whl", "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(path, data)
+
+
+class _SlowWheels(_Quiet):
+    """Serves uv's wheel downloads slowly, counting the requests in flight at once."""
+
+    guard = threading.Lock()
+    in_flight = 0
+    most = 0
+
+    def do_GET(self) -> None:
+        slow = self.path.endswith(".whl") and self.headers.get("User-Agent", "").startswith("uv/")
+        cls = type(self)
+        with cls.guard:
+            cls.in_flight += 1
+            cls.most = max(cls.most, cls.in_flight) if slow else cls.most
+        try:
+            if slow:
+                time.sleep(0.3)
+            super().do_GET()
+        finally:
+            with cls.guard:
+                cls.in_flight -= 1
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_lock_of_over_a_hundred_packages_installs_through_the_build_proxy_a_few_at_a_time(
+    client, admin, alice, upload, settings, tmp_path, inline_tasks, django_capture_on_commit_callbacks,
+):
+    traversable(tmp_path)
+    token = secrets.token_hex(4)
+    wheelhouse = tmp_path / token / "wheelhouse"
+    wheelhouse.mkdir(parents=True)
+    for wheel in source_wheelhouse().glob("*.whl"):
+        shutil.copy2(wheel, wheelhouse)
+    leaves = [f"bulk-leaf-{n:03d}" for n in range(BULK - 1)]
+    for leaf in leaves:
+        _bulk_wheel(wheelhouse, leaf, [])
+    _bulk_wheel(wheelhouse, "bulk-root", leaves)
+    readable_by_others(wheelhouse)
+    handler = type("Counting", (_SlowWheels,), {"guard": threading.Lock(), "in_flight": 0, "most": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), functools.partial(handler, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        settings.TOOLHUB_FIND_LINKS = [f"http://127.0.0.1:{server.server_address[1]}/{token}/wheelhouse/"]
+        toolkit = upload(alice, toolkit_source("Bulk", "bulk-root"), slug="bulk")
+        _approve(client, admin, "bulk-root", django_capture_on_commit_callbacks)
+        revision = _revision(toolkit)
+        if revision.status != Status.READY:
+            _retry(client, alice, "bulk", django_capture_on_commit_callbacks)
+            revision = _revision(toolkit)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert revision.status == Status.READY, (revision.status_detail, revision.build_log[-3000:])
+    assert sum(f"bulk-leaf-{n:03d}==1.0" in revision.lock for n in range(BULK - 1)) == BULK - 1
+    # uv fetched them TOOLHUB_BUILD_CONCURRENT_DOWNLOADS at a time, not its own default of 50.
+    assert 1 < handler.most <= settings.TOOLHUB_BUILD_CONCURRENT_DOWNLOADS, handler.most
+    assert "egress refused" not in revision.build_log

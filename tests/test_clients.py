@@ -153,26 +153,31 @@ def test_an_admin_creates_lists_and_revokes_a_client(client, admin, bearer, alic
     assert unknown.json()["errors"][0]["message"] == "No ToolHub user has this email; an admin must create one first."
     assert client.delete(f"/api/v1/clients/{body['id']}", **headers).status_code == 204
     revoked = client.get("/api/v1/toolkits", **as_alice)
-    assert revoked.status_code == 401 and revoked.json()["errors"][0]["message"].startswith("Authentication required")
+    assert revoked.status_code == 401 and revoked.json()["errors"][0]["message"].startswith("The bearer token is not valid")
+    anonymous = client.get("/api/v1/toolkits")
+    assert anonymous.status_code == 401 and anonymous.json()["errors"][0]["message"].startswith("Authentication required")
     assert client.get("/api/v1/clients", **headers).json()["items"] == []
     assert client.delete(f"/api/v1/clients/{body['id']}", **headers).status_code == 404
 
 
-def test_acting_for_a_user_reaches_that_users_settings_only(client, admin, alice, bob, upload, webui):
+def test_an_acting_credential_cannot_reach_anyones_settings(client, admin, alice, bob, upload, webui):
+    """UserValves are managed by their person in the dashboard or with their own token; an
+    app's credential only calls tools (which run with the person's UserValves)."""
     from tests.conftest import toolkit_source
     from toolhub.toolkits import valves
 
     toolkit = upload(alice, toolkit_source("Echo"))
     valves.store_values(toolkit=toolkit, values={"city": "Lyon"}, user=alice)
-    valves.store_values(toolkit=toolkit, values={"city": "Gdańsk"}, user=bob)
     token = webui[1]
-    for email, city in (("alice@example.org", "Lyon"), ("bob@example.org", "Gdańsk")):
-        response = client.get("/api/v1/toolkits/echo/user-valves", HTTP_AUTHORIZATION=f"Bearer {token}",
-                              HTTP_X_OPENWEBUI_USER_EMAIL=email)
-        assert response.status_code == 200
-        assert response.json()["values"] == {"city": city}
-    as_itself = client.get("/api/v1/toolkits/echo/user-valves", HTTP_AUTHORIZATION=f"Bearer {token}")
-    assert as_itself.json()["values"] == {}
+    for email in ("alice@example.org", "bob@example.org", None):
+        extra = {"HTTP_X_OPENWEBUI_USER_EMAIL": email} if email else {}
+        read = client.get("/api/v1/toolkits/echo/user-valves", HTTP_AUTHORIZATION=f"Bearer {token}", **extra)
+        assert read.status_code == 403
+        assert read.json()["errors"][0]["message"].startswith("A client credential cannot do this")
+        write = client.put("/api/v1/toolkits/echo/user-valves", data=json.dumps({"values": {"city": "Paris"}}),
+                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}", **extra)
+        assert write.status_code == 403
+    assert valves.load_values(toolkit=toolkit, user=alice) == {"city": "Lyon"}
 
 
 def test_client_names_and_headers_are_checked(client, admin, bearer, webui):

@@ -1,6 +1,6 @@
-"""Clean after a crash (issue 18, finding 7): the temporary directories a worker makes carry
+"""Clean after a crash: the temporary directories a worker makes carry
 its pid, and a worker that starts removes those of workers that died (a SIGKILLed worker
-left `/tmp/th-egress-*` with their sockets and `/tmp/toolhub-build-*` behind)."""
+would leave `/tmp/th-egress-*` with their sockets and `/tmp/toolhub-build-*` behind)."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ address the proxy dialled and connects to a local server instead.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import inspect
 import ipaddress
@@ -1270,3 +1271,56 @@ def test_only_targets_reach_exactly_those_pairs_whatever_their_addresses(socket_
             assert status == 403, target
             assert "is not one of the hosts allowed here (127.0.0.1:8080, mirror.lan:443)" in body, body
     assert connect.calls == [("127.0.0.1", 8080), ("10.1.2.3", 443)]
+
+
+def test_a_build_steps_forwarder_says_when_it_refused_connections_for_its_cap(socket_dir: Path) -> None:
+    """The forwarder of a build step (run as a script around the step's command, in a network
+    namespace of its own as in the build sandbox) refuses connections past its cap, and says so
+    on the step's output after the command: uv itself only reports a "tunnel error"."""
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root's unshare for a network namespace")
+    held: list[socket.socket] = []
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(socket_dir / "egress.sock"))
+    server.listen(200)
+
+    def accept() -> None:
+        # The proxy's end of each connection, held open so that every one counts as open.
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(server.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    over = 3
+    client = textwrap.dedent(f"""
+        import socket, time
+        refused = 0
+        connections = []
+        for _ in range({egress_forwarder.MAX_CONNECTIONS + over}):
+            connections.append(socket.create_connection(("127.0.0.1", {egress_forwarder.DEFAULT_PORT})))
+            time.sleep(0.005)
+        time.sleep(0.5)
+        for connection in connections:
+            connection.settimeout(0.2)
+            try:
+                refused += connection.recv(100).startswith(b"HTTP/1.1 503")
+            except OSError:
+                pass
+        print("refused", refused, flush=True)
+    """)
+    script = Path(egress_forwarder.__file__)
+    try:
+        step = subprocess.run(
+            ["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "step",
+             sys.executable, "-I", str(script), str(socket_dir / "egress.sock"), "--", sys.executable, "-c", client],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+    finally:
+        server.close()
+        for connection in held:
+            connection.close()
+    assert step.returncode == 0, step.stderr
+    assert step.stdout.strip() == f"refused {over}"
+    assert step.stderr.strip().splitlines()[-1] == (
+        f"ToolHub egress refused {over} connections: more than {egress_forwarder.MAX_CONNECTIONS} connections open at once"
+    )

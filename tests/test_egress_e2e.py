@@ -1,4 +1,4 @@
-"""Issue 8 end to end: a toolkit's tools reach the network only through ToolHub's egress proxy,
+"""Network egress end to end: a toolkit's tools reach the network only through ToolHub's egress proxy,
 only when an admin granted it, and only to public addresses its allowlist covers.
 
 Nothing is mocked. Each toolkit is uploaded and built for real (pip-compile, uv, introspection in

@@ -1,4 +1,4 @@
-"""An egress grant covers code an admin saw (issue 15, finding 6): a non-admin's new revision
+"""An egress grant covers code an admin saw: a non-admin's new revision
 waits for review, and one that becomes current unseen (a rollback) and mentions new hosts
 holds the grant: its runs get no network until an admin confirms it again."""
 

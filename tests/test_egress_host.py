@@ -1,10 +1,9 @@
-"""Egress cannot reach the worker host itself, and the per-run proxy socket is the run's alone
-(finding 6 of issue 15).
+"""Egress cannot reach the worker host itself, and the per-run proxy socket is the run's alone.
 
 The test network's host end (`TestNetwork.host_address`, a public-looking /32 on the root
 namespace's end of the veth pair) is an address of this host, like a worker's public address.
-A server bound to 0.0.0.0 on the host answers on it; before the fix, `CONNECT` to it went
-through with an empty allowlist."""
+A server bound to 0.0.0.0 on the host answers on it, so an empty allowlist must still refuse
+`CONNECT` to it."""
 
 from __future__ import annotations
 

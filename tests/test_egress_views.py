@@ -104,13 +104,19 @@ def test_an_admin_grants_egress_limited_to_hosts_and_the_overview_shows_who_and_
     assert "Update grant" in page and ">Withdraw</button>" in page
 
 
-def test_an_empty_list_grants_any_public_host(client, admin, weather) -> None:
+def test_an_empty_list_grants_any_public_host_only_when_the_admin_says_so(client, admin, weather) -> None:
     client.force_login(admin)
 
-    client.post(egress_url(weather), {"action": "grant", "hosts": "  \n"})
+    # The default form, one click: nothing opens, and the page says what to do.
+    response = client.post(egress_url(weather), {"action": "grant", "hosts": "  \n"}, follow=True)
+    assert grant_state(weather) == (False, [], None, None)
+    assert "or tick “Any public host”" in response.content.decode()
+
+    client.post(egress_url(weather), {"action": "grant", "hosts": "  \n", "any_host": "on"})
 
     assert grant_state(weather)[:3] == (True, [], admin.pk)
-    assert "To any public host." in overview(client, weather)
+    page = overview(client, weather)
+    assert "To any public host." in page and 'name="any_host" checked' in page
 
 
 def test_an_admin_withdraws_the_grant_and_the_allowlist_goes_with_it(client, admin, weather) -> None:

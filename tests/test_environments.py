@@ -372,6 +372,38 @@ def test_it_builds_an_environment_that_imports_the_package(demo_index: DemoIndex
     assert leftovers(root) == []
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs")
+def test_a_full_disk_is_named_as_the_cause_of_a_failed_build(demo_index: DemoIndex, lock_a: str) -> None:
+    """A real full disk: the environments' directory on a tmpfs of 1 MiB, too small for the
+    lock's wheels. The reason says so instead of only the tool's last words."""
+    base = Path(tempfile.mkdtemp(prefix="toolhub-full-", dir="/var/tmp"))
+    try:
+        traversable(base)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0711", "tmpfs", str(base)], check=True)
+        try:
+            with pytest.raises(BuildFailed) as failed:
+                ensure(demo_index.settings, lock_a, base / "envs")
+        finally:
+            subprocess.run(["umount", "-l", str(base)], check=False)
+        assert "the disk is full on this host (No space left on device)" in failed.value.reason
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_it_builds_an_environment_in_a_data_directory_outside_tmp(demo_index: DemoIndex, lock_a: str) -> None:
+    """The container image's data directory is /var/lib/toolhub, `make run`'s is in the
+    checkout: outside /tmp, which is the build sandbox's own tmpfs, uv's cache exists in the
+    sandbox only where it is bound, in every step (`uv venv` too: "Failed to initialize cache")."""
+    base = Path(tempfile.mkdtemp(prefix="toolhub-envs-", dir="/var/tmp"))
+    try:
+        traversable(base)
+        env = ensure(demo_index.settings, lock_a, base / "envs")
+        done = subprocess.run([environment_python(env), "-I", "-c", "import toolhub_demo_a"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
 @pytest.mark.slow
 def test_the_environment_is_byte_compiled_and_mentions_no_temporary_path(
     demo_index: DemoIndex, lock_a: str, tmp_path: Path
@@ -625,7 +657,11 @@ def _ensure_in_child(lock: str, root: str, settings: IndexSettings, log_path: st
 
 
 def _start_child(lock: str, root: Path, settings: IndexSettings, log_path: Path):
-    context = multiprocessing.get_context("fork")
+    # Spawned, not forked: by the time these tests run in a full session the test process has
+    # threads of earlier tests (warm-pool reapers, egress proxies, database connections), and a
+    # fork copies whatever lock one of them held at that moment into a child that can then wait
+    # on it for ever (the first child here once never started its build within 60 s).
+    context = multiprocessing.get_context("spawn")
     child = context.Process(target=_ensure_in_child, args=(lock, str(root), settings, str(log_path)))
     child.start()
     return child
@@ -835,6 +871,25 @@ def test_the_runner_hides_credentials_in_urls() -> None:
             "  cause: Failed to fetch: https://***@pypi.internal/simple/humanize/\n"
             "  cause: dns error: failed to lookup address information: Name or service not known",
             "index unreachable: pypi.internal (Name or service not known)",
+        ),
+        (
+            "error: Failed to install: pydantic_core-2.50.5-cp311-cp311-manylinux_2_17_x86_64.whl (pydantic-core==2.50.5)\n"
+            "  Caused by: failed to write to file `/srv/envs/.tmp-x/lib/python3.11/site-packages/pydantic_core/_pydantic_core.so`: "
+            "No space left on device (os error 28)",
+            "uv pip install failed: the disk is full on this host (No space left on device)",
+        ),
+        (
+            "error: Failed to download `torch==2.13.0`\n"
+            "  Caused by: error decoding response body\n"
+            "egress refused: byte limit reached (8589934592 bytes per invocation)",
+            "uv pip install stopped at the build's download limit of 8 GiB",
+        ),
+        (
+            "error: Request failed after 2 retries\n"
+            "  Caused by: error sending request for url (https://pypi.example/simple/azure-core/)\n"
+            "  Caused by: tunnel error: unsuccessful\n"
+            "ToolHub egress refused 3 connections: more than 64 connections open at once",
+            "uv pip install opened more than 64 connections at once through the build's egress proxy",
         ),
         ("error: the moon is in the wrong phase", "uv pip install failed: the moon is in the wrong phase"),
         ("", "uv pip install exited with status 2"),

@@ -1,4 +1,4 @@
-"""Events stored in batches (issue 15, finding 5): the engine's Recorder writes a tool's
+"""Events stored in batches: the engine's Recorder writes a tool's
 events with one INSERT per batch instead of one per event, keeps them in order, and still
 stores them promptly, so the live run page sees a tool that has gone quiet. The Recorder is
 driven with the runtime's messages against the real database; the Heartbeat thread that

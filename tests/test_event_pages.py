@@ -1,4 +1,4 @@
-"""Long event lists (issue 15, finding 5): a run of 480,000 events made its page 25 MB and 30 s
+"""Long event lists: a run of 480,000 events made its page 25 MB and 30 s
 to load. The run page now shows a run's last RUN_PAGE_EVENTS events with links to earlier ones,
 and the API pages through them (`GET /api/v1/invocations/{id}/events?after=&limit=`), each page
 one query however long the run. Here a run of 5,000 events, stored as the worker stores them."""

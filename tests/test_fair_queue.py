@@ -1,4 +1,4 @@
-"""A queue that serves users fairly (issue 15, finding 5): a plain user queued ~1,500
+"""A queue that serves users fairly: a plain user queued ~1,500
 invocations and another user's invocation failed "No worker picked this invocation up in time"
 (now "No worker took this invocation although its task was sent 4 times").
 A broker message now only wakes a worker, which runs the fairest queued invocation

@@ -1,4 +1,4 @@
-"""Fair use per invocation (issue 15, finding 5): an event flood is stopped at the event cap
+"""Fair use per invocation: an event flood is stopped at the event cap
 with a clear reason, well within the invocation's limit, and unanswered `__event_call__`s share
 one answer budget, so six of them cannot hold a worker six times over."""
 

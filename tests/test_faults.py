@@ -1,4 +1,4 @@
-"""The fault suite (issue 18): real processes are killed and real database connections are
+"""The fault suite: real processes are killed and real database connections are
 terminated while work is in flight, and nothing may be lost or stuck.
 
 - PostgreSQL backends terminated mid-run (`pg_terminate_backend`, as a failover or an idle

@@ -1,4 +1,4 @@
-"""Safe defaults (issue 15): DEBUG off under `make run`, error pages that say nothing internal,
+"""Safe defaults: DEBUG off under `make run`, error pages that say nothing internal,
 private files in the data directory, and introspection output checked before it is stored."""
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def test_a_forbidden_action_gets_the_styled_403(client, carol):
 @pytest.mark.django_db
 @override_settings(DEBUG=False)
 def test_a_crashing_page_gets_the_styled_500_with_nothing_internal(client, alice, carol, upload, settings):
-    """Finding 4: a tool named `a/b` stored before introspection was checked made the Tools page
+    """A tool named `a/b` stored before introspection was checked made the Tools page
     raise; a plain user must see the styled page, never settings, environment or traceback."""
     toolkit = upload(alice, ECHO)
     revision = toolkit.latest_revision()
@@ -213,7 +213,7 @@ def _fresh_env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 @pytest.mark.sandbox
 def test_the_sqlite_database_and_its_wal_are_private_to_toolhub(tmp_path):
-    """Finding 3: the database and its WAL were 0644, so another local account (here the sandbox
+    """The database and its WAL were 0644, so another local account (here the sandbox
     user) could read live session keys."""
     require_sandbox()
     data = Path("/tmp") / f"th-hardening-{os.getpid()}"

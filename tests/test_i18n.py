@@ -24,8 +24,9 @@ import toolhub.urls
 from tests.conftest import EXAMPLES, example
 from toolhub.accounts.models import Profile
 from toolhub.runtime.loader import ragflow_spec
-from toolhub.toolkits import display, lifecycle, services, views_i18n
+from toolhub.toolkits import display, lifecycle, services
 from toolhub.toolkits.models import Status, Toolkit, Translation
+from toolhub.toolkits.views import i18n as views_i18n
 
 # Until toolhub/urls.py routes /i18n/setlang/ to ToolHub's own view, the tests that need it
 # use this urlconf: the project's, with that one route put in front.

@@ -132,6 +132,10 @@ def test_details_the_lifecycle_and_the_build_write_are_known_forms():
         assert translate_detail(explain_failure("uv pip install", failed, index_url=None)) == (
             "uv pip install a échoué : something broke"
         )
+        capped = Outcome(2, deque(["egress refused: byte limit reached (1048576 bytes per invocation)"]))
+        assert translate_detail(explain_failure("uv pip install", capped, index_url=None)) == (
+            "uv pip install s'est arrêté à la limite de téléchargement de la construction : 1 MiB"
+        )
         assert translate_detail("Loading the toolkit failed: the sandbox ran out of time") == (
             "Le chargement de la boîte à outils a échoué : le bac à sable a dépassé son temps"
         )

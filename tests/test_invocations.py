@@ -1,7 +1,7 @@
 """Invocations end to end in the real sandbox. Most tests need no broker: a toolkit is
 uploaded and built (pip-compile, uv and the introspection in bubblewrap), then the worker's
-task `run_invocation` runs in this process. They cover the example toolkits' documented answers
-(../shared/examples/README.md), valves and user valves, `__event_call__` answered through the
+task `run_invocation` runs in this process. They cover the demo toolkits' documented answers
+(toolhub/toolkits/demo/), valves and user valves, `__event_call__` answered through the
 API or timed out, a raising tool, the wall-clock, memory and CPU limits, events stored while
 the tool still runs, and the heartbeat that tells a live worker from a dead one. The last two
 tests (`worker`) go through the API to a real Celery worker process, and kill it mid-run."""
@@ -142,7 +142,7 @@ def status_of(invocation: Invocation) -> str:
 bearer = bearer_headers
 
 
-# The examples, as ../shared/examples/README.md says they must answer
+# The demo toolkits, as their documentation says they must answer
 # ------------------------------------------------------------------------------
 
 
@@ -161,6 +161,15 @@ def test_string_reverse_needs_the_admin_api_key(ready, alice, admin):
 
 def test_bad_calculator_runs_unchanged_and_adds_a_hundred(ready, alice, carol):
     toolkit = ready(alice, example("bad_calculator"))
+    invocation = invoke(toolkit, "bad_calculator", carol, a=1, b=2)
+    assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "103")
+
+
+def test_a_plugin_on_ragflows_older_import_path_uploads_builds_and_runs_in_the_sandbox(ready, alice, carol):
+    source = example("bad_calculator").replace("from agent.plugin.llm_tool_plugin", "from plugin.llm_tool_plugin")
+    assert "from plugin.llm_tool_plugin import" in source
+    toolkit = ready(alice, source)
+    assert toolkit.current_revision.requirements == []  # no package named `plugin`
     invocation = invoke(toolkit, "bad_calculator", carol, a=1, b=2)
     assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "103")
 
@@ -423,6 +432,34 @@ def test_a_message_taken_before_its_row_is_stored_waits_for_the_row_and_runs_it(
 
     invocation.refresh_from_db()
     assert (invocation.status, invocation.result) == (RunStatus.SUCCEEDED, "Wrong API key")
+
+
+def test_a_message_that_ran_another_call_first_still_runs_its_own_once_it_is_stored(ready, alice):
+    """A message taken before its row was stored runs the call that is queued (another's,
+    whose own message then finds nothing left): it must then run its own call when the row
+    comes, or that call stays queued with no message left for it. Seen through the real
+    server: 2 of 200 calls sent at once stayed queued until the next call came."""
+    toolkit = ready(alice, example("string_reverse"))
+
+    def call(text: str) -> Invocation:
+        return Invocation(
+            toolkit=toolkit, revision=toolkit.current_revision, tool="reverse_string", arguments={"string": text}, user=alice
+        )
+
+    late, early = call("abc"), call("xyz")
+    early.save()
+    worker = start_in_thread(late)  # late's message, before late's row
+    wait_until(lambda: Invocation.objects.get(pk=early.pk).status == RunStatus.SUCCEEDED, timeout=60, what="early ran")
+    assert worker.is_alive()
+    late.save()
+    worker.join(60)
+    assert not worker.is_alive()
+    late.refresh_from_db()
+    assert late.status == RunStatus.SUCCEEDED
+    # early's own message finds its call run already, and is done at once.
+    started = time.monotonic()
+    run_invocation.run(str(early.id))
+    assert time.monotonic() - started < 1
 
 
 def test_a_message_whose_row_never_comes_is_given_up_on(monkeypatch):

@@ -1,4 +1,4 @@
-"""Failed-login throttling (issue 15, finding 7): after too many failures a username, or an
+"""Failed-login throttling: after too many failures a username, or an
 address, is refused before its password is checked, with 429 and when to try again."""
 
 from __future__ import annotations

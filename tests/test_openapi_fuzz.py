@@ -1,4 +1,4 @@
-"""Schemathesis against the live API's own OpenAPI document (issue 18, Build 1 and 5): a real
+"""Schemathesis against the live API's own OpenAPI document: a real
 server (gunicorn on the test database, PostgreSQL in CI), an admin's bearer token, a bounded
 number of examples per operation and a time limit. Every check must hold: no 5xx, every answer
 (status, content type, body) as the document says, invalid input refused, valid input accepted

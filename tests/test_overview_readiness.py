@@ -1,4 +1,4 @@
-"""From upload to first run (issue 16, Build 3): the Overview says what the newest revision
+"""From upload to first run: the Overview says what the newest revision
 waits for (and links the uploader to it, admins to the queue), keeps itself up to date while
 it is on its way, and once ready offers its tools; the uploader reads the admins' decisions on
 its packages there."""

@@ -1,10 +1,11 @@
-"""Informed approvals (issue 16, Build 4): the approval queue shows what the configured index
+"""Informed approvals: the approval queue shows what the configured index
 says about each name, read from a real local PEP 691 index (tests/index_fixtures.py), and a
 name the index does not know cannot be approved by accident."""
 
 from __future__ import annotations
 
 import json
+import time
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from tests.conftest import toolkit_source
+from tests.helpers import broker_at
 from tests.live_fixtures import free_port
 from toolhub.packages import index_checks
 from toolhub.packages.index_client import lookup
@@ -203,6 +205,21 @@ def test_an_upload_queues_a_lookup_of_each_name(alice, upload, local_index, djan
     assert len(callbacks) == 1
 
 
+def test_with_the_broker_down_an_upload_still_lands_and_its_names_go_back_to_unchecked(
+    alice, upload, local_index, django_capture_on_commit_callbacks
+):
+    """Checks are sent like every other task (toolhub.broker.send): a broker that is down is
+    noticed within a second, the upload is kept, and its names are asked for again later."""
+    started = time.monotonic()
+    with broker_at("redis://127.0.0.1:1/0"), django_capture_on_commit_callbacks(execute=True):
+        toolkit = upload(alice, toolkit_source("Sizes", "humanize>=4, Foo_Bar"), slug="sizes")
+    assert time.monotonic() - started < 5
+    assert toolkit.latest_revision().status == Status.AWAITING_APPROVAL
+    assert set(Package.objects.values_list("name", "index_state")) == {
+        ("humanize", IndexState.UNCHECKED), ("foo-bar", IndexState.UNCHECKED)
+    }
+
+
 def test_the_queue_shows_what_the_index_says(client, admin, waiting):
     _check_all()
     client.force_login(admin)
@@ -310,6 +327,46 @@ def test_approving_an_unknown_name_is_refused_unless_confirmed(client, admin, wa
     )
     assert _messages(response) == ["Approved: humanise-typo"]
     assert Package.objects.get(name="humanise-typo").status == Approval.APPROVED
+
+
+def test_approving_before_the_index_check_answered_says_so_and_asks_again(
+    client, admin, bearer, waiting, django_capture_on_commit_callbacks
+):
+    # The upload queued the checks (captured, never sent): no worker has answered yet.
+    assert Package.objects.get(name="humanise-typo").index_state == IndexState.CHECKING
+    client.force_login(admin)
+    html = client.get(QUEUE).content.decode()
+    assert "Approve humanise-typo without waiting for the index check" in html
+    response = client.post(DECIDE, {"name": ["humanize", "humanise-typo"], "action": "approve"}, follow=True)
+    assert _messages(response) == [
+        "The package index has not answered about humanise-typo, humanize yet; approve again in a moment, or"
+        " confirm that you approve them without waiting."
+    ]
+    assert set(Package.objects.values_list("status", flat=True)) == {Approval.PENDING}
+    response = client.post(
+        "/api/v1/packages/humanise-typo/approve", {}, content_type="application/json", **bearer(admin)
+    )
+    assert response.status_code == 400 and response.json()["errors"][0]["field"] == "name"
+    assert "has not answered about humanise-typo yet" in response.json()["errors"][0]["message"]
+    # A check no worker took is asked for again by the refused approval.
+    Package.objects.filter(name="humanize").update(index_state=IndexState.UNCHECKED)
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post(DECIDE, {"name": "humanize", "action": "approve"}, follow=True)
+    assert "has not answered about humanize yet" in _messages(response)[0]
+    assert len(callbacks) == 1 and Package.objects.get(name="humanize").index_state == IndexState.CHECKING
+    # Once the index answered, the unknown name gets its own warning, and a known one is approved.
+    _check_all()
+    response = client.post(DECIDE, {"name": "humanise-typo", "action": "approve"}, follow=True)
+    assert "humanise-typo is not on the package index" in _messages(response)[0]
+    response = client.post(DECIDE, {"name": "humanize", "action": "approve"}, follow=True)
+    assert _messages(response) == ["Approved: humanize"]
+
+
+def test_an_admin_may_approve_without_waiting_for_the_index_check(client, admin, waiting):
+    client.force_login(admin)
+    response = client.post(DECIDE, {"name": "foo-bar", "action": "approve", "approve_unknown": "foo-bar"}, follow=True)
+    assert _messages(response) == ["Approved: foo-bar"]
+    assert Package.objects.get(name="foo-bar").status == Approval.APPROVED
 
 
 def test_rejecting_an_unknown_name_needs_no_confirmation(client, admin, waiting):

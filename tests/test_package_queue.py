@@ -441,3 +441,10 @@ def test_the_api_list_makes_a_fixed_number_of_queries(client, admin, alice, bear
     with CaptureQueriesContext(connection) as many:
         assert len(client.get(API, **headers).json()["items"]) > 12
     assert len(many) == len(few)
+
+
+def test_the_bulk_and_the_row_approve_buttons_have_distinct_names(client, admin, sizes):
+    client.force_login(admin)
+    html = client.get(QUEUE).content.decode()
+    assert 'aria-label="Approve the selected packages">Approve</button>' in html
+    assert 'aria-label="Approve humanize">Approve</button>' in html

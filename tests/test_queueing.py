@@ -1,4 +1,4 @@
-"""Queueing that cannot strand work (issue 18, findings 3 and 5): a broker that is down when an
+"""Queueing that cannot strand work: a broker that is down when an
 upload (or an approval, or a retry) commits answers 503, and the revision is failed with the
 reason, so Retry works at once instead of "Queued for build" for 17 minutes and "There is
 nothing to retry."; queued work whose message is gone is sent again by the reaper before it is
@@ -63,7 +63,7 @@ def test_the_page_answers_503_too_and_its_retry_button_works(client, alice):
     assert toolkit.latest_revision().status == Status.BUILDING
 
 
-# QUEUED WORK WHOSE MESSAGE IS GONE (finding 5)
+# QUEUED WORK WHOSE MESSAGE IS GONE
 # ------------------------------------------------------------------------------------------
 
 
@@ -81,7 +81,7 @@ def test_a_queued_invocation_is_sent_again_before_it_is_ever_failed(alice, uploa
     # Each pass of the reaper after the grace period sends the task again, and fails nothing...
     for sends in range(2, settings.TOOLHUB_RESEND_MAX + 2):
         _age_last_send(pk=invocation.pk)
-        assert reap_stale_work.run() == {"invocations": 0, "builds": 0, "resent": {"invocations": 1, "builds": 0}}
+        assert reap_stale_work.run() == {"invocations": 0, "builds": 0, "test_runs": 0, "resent": {"invocations": 1, "builds": 0}}
         invocation.refresh_from_db()
         assert (invocation.status, invocation.sends) == (RunStatus.QUEUED, sends)
         assert timezone.now() - invocation.sent_at < timedelta(seconds=5)
@@ -105,7 +105,7 @@ def test_a_queued_build_is_sent_again_then_failed_with_the_reason_and_retry_work
     long_ago = timezone.now() - timedelta(seconds=settings.TOOLHUB_RESEND_AFTER_SECONDS + 1)
     for sends in range(2, settings.TOOLHUB_RESEND_MAX + 2):
         Revision.objects.filter(pk=revision.pk).update(task_sent_at=long_ago)
-        assert reap_stale_work.run() == {"invocations": 0, "builds": 0, "resent": {"invocations": 0, "builds": 1}}
+        assert reap_stale_work.run() == {"invocations": 0, "builds": 0, "test_runs": 0, "resent": {"invocations": 0, "builds": 1}}
         revision.refresh_from_db()
         assert (revision.status, revision.task_sends) == (Status.BUILDING, sends)
     Revision.objects.filter(pk=revision.pk).update(task_sent_at=long_ago)

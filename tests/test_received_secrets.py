@@ -1,4 +1,4 @@
-"""The Overview says which secrets a toolkit's code receives (issue 15): the secret fields of
+"""The Overview says which secrets a toolkit's code receives: the secret fields of
 its admin Valves and of each user's UserValves, and that the code gets them in plain text."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reviewed revisions (issue 15, finding 2): a toolkit's owner uploads a revision that returns
+"""Reviewed revisions: a toolkit's owner uploads a revision that returns
 the admin's secret Valve base64-encoded. It waits for an admin's review, the revision before
 it keeps serving, and the secret reaches its code only once an admin approves it."""
 
@@ -17,7 +17,7 @@ from toolhub.runs.services import invocation_create
 from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits.models import Review, Status, Toolkit
-from toolhub.toolkits.services import revision_upload, toolkit_rollback, toolkit_set_egress
+from toolhub.toolkits.services import RevisionRefused, revision_upload, toolkit_rollback, toolkit_set_egress
 from toolhub.toolkits.valves import store_values
 
 SECRET = "org-api-key-5531-do-not-leak"
@@ -215,6 +215,16 @@ def test_the_owners_hostile_revision_gets_the_secret_only_once_approved(built, b
 
 
 @pytest.mark.django_db(transaction=True)
+def _force_current(toolkit, number: int) -> None:
+    """Make an unreviewed revision current the way no service allows any more (the rollback
+    refuses it: test_a_rollback_to_an_unreviewed_or_rejected_revision_is_refused), to show that
+    runs and pages check the rule themselves as well."""
+    toolkit = Toolkit.objects.get(pk=toolkit.pk)
+    with pytest.raises(RevisionRefused):
+        toolkit_rollback(toolkit=toolkit, number=number)
+    lifecycle.rollback(toolkit=toolkit, revision=toolkit.revisions.get(number=number))
+
+
 def test_an_unreviewed_revision_made_current_by_rollback_runs_without_the_secret(upload, build, alice, admin):
     """The engine checks the rule itself: revision 2 was ready before the admin set the key on
     revision 1; alice rolls back to it; its runs get no secret."""
@@ -224,7 +234,7 @@ def test_an_unreviewed_revision_made_current_by_rollback_runs_without_the_secret
     assert toolkit.current_revision.number == 2
     toolkit_rollback(toolkit=toolkit, number=1)
     store_values(toolkit=toolkit, values={"api_key": SECRET}, by=admin)
-    toolkit_rollback(toolkit=Toolkit.objects.get(pk=toolkit.pk), number=2)
+    _force_current(toolkit, 2)
     toolkit = Toolkit.objects.get(pk=toolkit.pk)
     assert toolkit.current_revision.number == 2 and not toolkit.current_revision.entrusted
     invocation = invocation_create(toolkit=toolkit, tool="search", arguments={"query": "q"}, user=alice)
@@ -279,7 +289,7 @@ def test_the_queue_shows_the_diff_escaped_the_new_hosts_and_what_it_would_receiv
 
 @pytest.mark.django_db
 def test_a_long_diff_shows_its_start_and_links_to_the_whole(entrusted, alice, admin, client):
-    from toolhub.toolkits.views_review import REVIEW_DIFF_LINES
+    from toolhub.toolkits.views.review import REVIEW_DIFF_LINES
 
     padding = "".join(f"PAD_{i} = {i}\n" for i in range(REVIEW_DIFF_LINES * 2))
     revision = _introspected(revision_upload(toolkit=entrusted, source=HOSTILE + padding, user=alice).revision, SCHEMA)
@@ -361,7 +371,8 @@ def test_the_queue_page_makes_the_same_queries_for_one_or_many(upload, alice, ad
     client.force_login(admin)
     _pending_in(upload, alice, admin, "one")
     client.get(QUEUE)  # warm the session
-    with django_assert_num_queries(7) as one:
+    # 8: the eighth reads the revisions' failed tool-test runs (docs/tool-tests.md).
+    with django_assert_num_queries(8) as one:
         assert client.get(QUEUE).status_code == 200
     for n in range(4):
         _pending_in(upload, alice, admin, f"more_{n}")
@@ -386,7 +397,7 @@ def test_the_overview_says_when_the_current_revision_gets_no_secrets(upload, ali
     _introspected(revision_upload(toolkit=toolkit, source=HOSTILE, user=alice).revision, SCHEMA)
     toolkit_rollback(toolkit=toolkit, number=1)
     store_values(toolkit=toolkit, values={"api_key": SECRET}, by=admin)
-    toolkit_rollback(toolkit=Toolkit.objects.get(pk=toolkit.pk), number=2)
+    _force_current(toolkit, 2)
     client.force_login(alice)
     assert 'id="secrets-withheld"' in client.get(f"/toolkits/{toolkit.slug}/").content.decode()
     # Saving the Valves is how an admin entrusts the current code with them.
@@ -639,3 +650,10 @@ def test_the_menus_counts_are_one_query_each_for_admins_and_none_for_others(
         assert 'id="pending-reviews">2<' in client.get("/toolkits/").content.decode()
     # The queues count anyway: their menus add no query (the queue page's pinned count stays).
     assert 'id="pending-reviews">2<' in client.get(QUEUE).content.decode()
+
+
+@pytest.mark.django_db
+def test_each_approve_button_on_the_review_queue_names_its_revision(client, entrusted, pending, admin):
+    client.force_login(admin)
+    html = client.get("/packages/reviews/").content.decode()
+    assert f'aria-label="Approve revision {pending.number} of {pending.toolkit.slug}">Approve</button>' in html

@@ -4,6 +4,8 @@ are marked, and an empty submission is refused for exactly the required fields."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.http import QueryDict
 
@@ -34,9 +36,34 @@ def test_an_empty_submission_is_refused_for_exactly_the_required_fields(schema):
     assert set(errors) == required - checkboxes
 
 
+def _shown(kind: str, spec: dict):
+    """What a field of `kind` shows before anything is typed: its default as the widget writes
+    it, or the widget's empty value."""
+    if kind == "checkbox":
+        return spec.get("default") is True
+    if "default" not in spec or spec["default"] is None:
+        return [] if kind == "multiselect" else ""
+    default = spec["default"]
+    if kind == "json":
+        return json.dumps(default, indent=2)
+    return str(default)
+
+
 @pytest.mark.parametrize("schema", CASES, ids=[f"case{i}" for i in range(len(CASES))])
-def test_defaults_are_prefilled(schema):
-    for field in schema_forms.build_fields(schema):
-        default = schema["properties"][field.name].get("default")
-        if default not in (None, "", [], {}) and field.kind in {"text", "number", "integer"}:
-            assert str(field.value) == str(default)
+def test_each_field_shows_its_default_or_nothing(schema):
+    fields = schema_forms.build_fields(schema)
+    properties = schema.get("properties", {})
+    assert {f.name: f.value for f in fields} == {f.name: _shown(f.kind, properties[f.name]) for f in fields}
+    assert len(fields) == len(properties)
+
+
+def test_the_cases_prefill_a_default_of_each_kind():
+    """The parity table has defaults of every kind the form shows, so the test above checks a
+    prefilled value of each, not only empty fields."""
+    kinds = {
+        field.kind
+        for schema in CASES
+        for field in schema_forms.build_fields(schema)
+        if schema["properties"][field.name].get("default") not in (None, "", False)
+    }
+    assert kinds >= {"text", "integer", "number", "select", "json"}

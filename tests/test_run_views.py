@@ -6,6 +6,8 @@ so the pages are tested without a sandbox; one test runs a real tool end to end.
 
 from __future__ import annotations
 
+import html
+import re
 import uuid
 from datetime import timedelta
 
@@ -125,7 +127,52 @@ def test_the_run_form_comes_from_the_schema_with_required_marked_and_defaults_pr
     assert '<option value="plain" selected>' in form
     assert 'name="reverse_string__loud"' in form and "checked" not in form.split('name="reverse_string__loud"')[1].split(">")[0]
     assert 'name="reverse_string__tags"' in form  # free list: a JSON textarea
-    assert 'name="reverse_string____messages__"' in form and 'name="reverse_string____files__"' in form
+    # string_reverse's tool takes neither __messages__ nor __files__: the form offers neither.
+    assert "____messages__" not in form and "____files__" not in form and "Advanced:" not in form
+
+
+CHATTY = '''"""
+title: Chatty
+version: 0.1.0
+"""
+
+
+class Tools:
+    def reverse_string(self, string: str, __messages__: list = None) -> str:
+        """Reverses the input string."""
+        return string[::-1]
+
+    def ping(self, __files__=None, __user__=None) -> str:
+        """Answers pong."""
+        return "pong"
+'''
+
+
+@pytest.fixture
+def chatty(upload, alice):
+    toolkit = upload(alice, CHATTY, slug="chatty")
+    revision = toolkit.current_revision
+    revision.tools = TOOLS
+    revision.set_status(Status.READY)
+    revision.save()
+    return toolkit
+
+
+def test_only_a_tool_that_takes_messages_or_files_is_offered_them(client, chatty, carol):
+    html = page(client, carol, tools_url(chatty)).content.decode()
+    reverse = html.split(f'action="{run_url(chatty)}"')[1].split("</form>")[0]
+    assert 'name="reverse_string____messages__"' in reverse and "____files__" not in reverse
+    assert "Advanced: __messages__</summary>" in reverse
+    html = page(client, carol, f"{tools_url(chatty)}?tool=ping").content.decode()
+    ping = html.split(f'action="{run_url(chatty, "ping")}"')[1].split("</form>")[0]
+    assert 'name="ping____files__"' in ping and "____messages__" not in ping
+
+
+def test_messages_sent_to_a_tool_that_does_not_take_them_are_dropped(client, toolkit, carol):
+    client.force_login(carol)
+    client.post(run_url(toolkit), {"reverse_string__string": "abc", "reverse_string____messages__": "{oops"})
+    invocation = Invocation.objects.get()
+    assert invocation.messages in (None, [])
 
 
 def test_a_toolkit_that_is_not_ready_says_why_and_offers_no_run_form(client, upload, alice, carol):
@@ -165,9 +212,9 @@ def test_a_value_outside_the_schema_is_refused_next_to_its_field(client, toolkit
     assert Invocation.objects.count() == 0
 
 
-def test_bad_advanced_json_is_refused_and_shown_back(client, toolkit, carol):
+def test_bad_advanced_json_is_refused_and_shown_back(client, chatty, carol):
     client.force_login(carol)
-    response = client.post(run_url(toolkit), {"reverse_string__string": "abc", "reverse_string____messages__": "{oops"})
+    response = client.post(run_url(chatty), {"reverse_string__string": "abc", "reverse_string____messages__": "{oops"})
 
     assert response.status_code == 400
     html = response.content.decode()
@@ -176,7 +223,8 @@ def test_bad_advanced_json_is_refused_and_shown_back(client, toolkit, carol):
     assert Invocation.objects.count() == 0
 
 
-def test_good_input_creates_the_invocation_and_redirects_to_its_page(client, toolkit, carol):
+def test_good_input_creates_the_invocation_and_redirects_to_its_page(client, chatty, carol):
+    toolkit = chatty
     client.force_login(carol)
     response = client.post(run_url(toolkit), {
         "reverse_string__string": "abc", "reverse_string__times": "2", "reverse_string__mode": "fancy",
@@ -448,7 +496,18 @@ def test_the_dialog_is_named_and_described_by_the_question(client, toolkit, caro
     invocation = _waiting(toolkit, carol)
     dialog = page(client, carol, f"/invocations/{invocation.id}/").content.decode().split("<dialog")[1].split("</dialog>")[0]
     assert 'aria-labelledby="ask-title"' in dialog and 'aria-describedby="ask-message"' in dialog
-    assert '<p id="ask-message">Delete it?</p>' in dialog
+    assert '<div id="ask-message" class="ask-message"><p>Delete it?</p>\n</div>' in dialog
+
+
+def test_a_questions_message_is_rendered_as_sanitised_markdown(client, toolkit, carol):
+    invocation = _waiting(toolkit, carol)
+    invocation.pending_call = {"type": "confirmation", "data": {
+        "title": "Sure?", "message": "Really delete **report.pdf**? <script>alert(1)</script> [x](javascript:alert(1))"}}
+    invocation.save(update_fields=["pending_call"])
+    dialog = page(client, carol, f"/invocations/{invocation.id}/").content.decode().split("<dialog")[1].split("</dialog>")[0]
+    message = dialog.split('<div id="ask-message" class="ask-message">')[1].split("</div>")[0]
+    assert message.startswith("<p>Really delete <strong>report.pdf</strong>? &lt;script&gt;")
+    assert "**" not in message and "<a" not in message
 
 
 def test_the_invoker_answers_an_input_without_htmx(client, toolkit, carol):
@@ -540,11 +599,17 @@ def test_the_history_pages_keep_their_filters(client, toolkit, carol, bob, admin
     made(toolkit, bob, arguments={"string": "bob-run"}, status=RunStatus.SUCCEEDED)
     client.force_login(admin)
     first = client.get("/history/?user=carol&status=succeeded").content.decode()
-    assert "Page 1 of 2" in first
-    assert 'href="?user=carol&amp;status=succeeded&amp;page=2" rel="next"' in first
-    second = client.get("/history/?user=carol&status=succeeded&page=2").content.decode()
-    assert "Page 2 of 2" in second and "bob-run" not in second
-    assert 'href="?user=carol&amp;status=succeeded&amp;page=1" rel="prev"' in second
+    assert 'rel="prev"' not in first
+    next_link = re.search(r'href="(\?user=carol&amp;status=succeeded&amp;cursor=[^"]+)" rel="next"', first)
+    assert next_link is not None
+    second = client.get("/history/" + html.unescape(next_link.group(1))).content.decode()
+    assert "bob-run" not in second and 'rel="next"' not in second
+    assert second.split("<tbody>")[1].count("<tr") == 1 and "carol-0" in second
+    prev_link = re.search(r'href="(\?user=carol&amp;status=succeeded&amp;cursor=[^"]+)" rel="prev"', second)
+    assert prev_link is not None
+    back = client.get("/history/" + html.unescape(prev_link.group(1))).content.decode()
+    assert back.split("<tbody>")[1].count("<tr") == 25 and "carol-25" in back and "carol-0" not in back
+    assert 'rel="prev"' not in back and 'rel="next"' in back
 
 
 def _count_queries(client, url: str) -> int:
@@ -688,3 +753,28 @@ def test_cancel_rejects_get_and_anonymous_users(client, toolkit, carol):
     assert client.get(f"/invocations/{invocation.id}/cancel/").status_code == 405
     invocation.refresh_from_db()
     assert invocation.status == RunStatus.RUNNING
+
+
+# Cancelled runs and arguments in the recent runs
+# ------------------------------------------------------------------------------
+
+
+def test_a_cancelled_run_shows_cancelled_not_failed(client, toolkit, carol):
+    from toolhub.runs.services import invocation_cancel
+
+    invocation = invocation_cancel(invocation=made(toolkit, carol, status=RunStatus.RUNNING), by=carol)
+    # The API's contract is unchanged: a cancelled run ended as failed.
+    assert invocation.status == RunStatus.FAILED and invocation.shown_status == "cancelled"
+    run = page(client, carol, f"/invocations/{invocation.id}/").content.decode()
+    assert 'data-status="cancelled">Cancelled</span>' in run and ">Failed</span>" not in run
+    history = page(client, carol, "/history/").content.decode()
+    assert 'data-status="cancelled">Cancelled</span>' in history
+    failed = made(toolkit, carol, status=RunStatus.FAILED, error="boom")
+    assert 'data-status="failed">Failed</span>' in page(client, carol, f"/invocations/{failed.id}/").content.decode()
+
+
+def test_recent_runs_show_arguments_as_json(client, toolkit, carol):
+    made(toolkit, carol, status=RunStatus.SUCCEEDED, arguments={"text": "it's", "flag": True, "none": None})
+    html = page(client, carol, tools_url(toolkit)).content.decode()
+    assert "{&quot;text&quot;: &quot;it&#x27;s&quot;, &quot;flag&quot;: true, &quot;none&quot;: null}" in html
+    assert "True" not in html.split('class="args"', 1)[1].split("</code>", 1)[0]

@@ -123,6 +123,14 @@ class Address(BaseModel):
     street: str
     city: str = Field("Paris", description="City name")
     point: Point
+
+
+def logged(func):
+    # A decorator without functools.wraps, as some public toolkits have.
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+
+    return wrapper
 """
 
 POINT = {
@@ -392,6 +400,80 @@ PARITY = [
             "type": "object",
         },
     ),
+    # Open WebUI 0.12.4: a `:param` description runs on over the following lines, blank ones
+    # included, until a line that starts with `:`; the lines are joined with one space.
+    (
+        '''
+        def case(self, city: str, days: int = 3):
+            """
+            Forecast the weather.
+            :param city: The city to look up,
+                with its country
+                (such as "Paris, France").
+            :param days: How many days
+            :return: The forecast
+                for those days.
+            """
+        ''',
+        {
+            "properties": {
+                "city": {
+                    "description": 'The city to look up, with its country (such as "Paris, France").',
+                    "type": "string",
+                },
+                "days": {"default": 3, "description": "How many days", "type": "integer"},
+            },
+            "required": ["city"],
+            "type": "object",
+        },
+    ),
+    (
+        '''
+        def case(self, query: str, limit: int = 5):
+            """Search the notes.
+
+            :param query: Words to look for.
+
+                Quotes keep a phrase together.
+
+            :param limit: At most this many notes.
+            :type limit: int
+            Ignored: after `:type`, nothing belongs to `limit`.
+            """
+        ''',
+        {
+            "properties": {
+                "query": {"description": "Words to look for. Quotes keep a phrase together.", "type": "string"},
+                "limit": {"default": 5, "description": "At most this many notes.", "type": "integer"},
+            },
+            "required": ["query"],
+            "type": "object",
+        },
+    ),
+    (
+        # A bare `:param x:` documents nothing and ends the description before it; text after
+        # the last `:param` (even a Google `Args:` section) still belongs to it.
+        '''
+        def case(self, a: str, b: str, c: str = ""):
+            """Join.
+            :param a: first
+            :param b:
+                second
+            :param c: third
+            Args:
+                a: from Args
+            """
+        ''',
+        {
+            "properties": {
+                "a": {"description": "first", "type": "string"},
+                "b": {"type": "string"},
+                "c": {"default": "", "description": "third Args: a: from Args", "type": "string"},
+            },
+            "required": ["a", "b"],
+            "type": "object",
+        },
+    ),
 ]
 
 IMPROVEMENTS = [
@@ -434,10 +516,11 @@ IMPROVEMENTS = [
         '''
         def case(self, q: Annotated[str, Field(description="from Annotated")]):
             """Search.
-            :param q: from reST
 
             Args:
                 q: from Args
+
+            :param q: from reST
             """
         ''',
         {"properties": {"q": {"description": "from reST", "type": "string"}}, "required": ["q"], "type": "object"},
@@ -460,6 +543,25 @@ IMPROVEMENTS = [
         # Open WebUI would list `args` and `kwargs` as required parameters of any type.
         "def case(self, text: str, *args, **kwargs): ...",
         {"properties": {"text": {"type": "string"}}, "required": ["text"], "type": "object"},
+    ),
+    (
+        # Open WebUI names this tool `wrapper`, with required `args` and `kwargs` strings and no
+        # description; ToolHub describes the method the decorator wraps.
+        '''
+        @logged
+        def case(self, query: str, limit: int = 3):
+            """Search the web.
+            :param query: What to look for
+            """
+        ''',
+        {
+            "properties": {
+                "query": {"description": "What to look for", "type": "string"},
+                "limit": {"default": 3, "type": "integer"},
+            },
+            "required": ["query"],
+            "type": "object",
+        },
     ),
 ]
 
@@ -505,6 +607,65 @@ def test_description_stops_at_param_return_or_args(introspected: dict) -> None:
 
 def test_description_is_empty_without_a_docstring(introspected: dict) -> None:
     assert introspected["parity"]["case_00"]["description"] == ""
+
+
+def test_a_method_decorated_without_wraps_is_described_and_called_as_itself(tmp_path: Path) -> None:
+    source = """
+    import functools
+
+
+    def logged(func):
+        def wrapper(*args, **kwargs):
+            return func(*args, **kwargs)
+
+        return wrapper
+
+
+    def timed(func):
+        def label(text):  # a helper in the closure besides the method
+            return "timed " + text
+
+        async def wrapper(self, *args, **kwargs):
+            return label(await func(self, *args, **kwargs))
+
+        return wrapper
+
+
+    def wrapped(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            return func(*args, **kwargs)
+
+        return wrapper
+
+
+    class Tools:
+        @logged
+        def search(self, query: str, limit: int = 3, __user__: dict = None) -> str:
+            \"\"\"Search the web.\"\"\"
+            return f"{query}:{limit}:{__user__['name']}"
+
+        @timed
+        async def slow(self, text: str) -> str:
+            return text
+
+        @wrapped
+        def kept(self, n: int) -> int:
+            return n
+    """
+    path = write_toolkit(tmp_path, source)
+    final = run({"op": "introspect", "source_path": path}).final
+    tools = {tool["function"]["name"]: tool["function"] for tool in final["tools"]}
+    assert sorted(tools) == ["kept", "search", "slow"]
+    assert tools["search"]["description"] == "Search the web."
+    assert tools["search"]["parameters"]["required"] == ["query"]
+    assert tools["slow"]["parameters"]["properties"] == {"text": {"type": "string"}}
+    assert tools["kept"]["parameters"]["properties"] == {"n": {"type": "integer"}}
+    user = {"id": "u1", "name": "Ada"}
+    assert run(invoke(path, "search", {"query": "q", "limit": "4"}, user=user)).final["result"] == "q:4:Ada"
+    assert run(invoke(path, "slow", {"text": "t"})).final["result"] == "timed t"
+    refused = run(invoke(path, "search", {"query": "q", "args": []})).final["error"]
+    assert refused == "InvalidArguments: unexpected argument(s): 'args'"
 
 
 def test_it_lists_public_methods_only(tmp_path: Path) -> None:
@@ -627,6 +788,70 @@ def test_bad_calculator_introspects_as_ragflow() -> None:
 def test_bad_calculator_adds_a_hundred() -> None:
     request = invoke(str(EXAMPLES / "bad_calculator.py"), "bad_calculator", {"a": 1, "b": 2})
     assert run(request).final == {"kind": "result", "result": "103", "result_type": "text"}
+
+
+OLDER_RAGFLOW_PLUGIN = """
+from plugin import llm_tool_plugin
+from plugin.llm_tool_plugin import LLMToolMetadata, LLMToolPlugin
+
+
+class EchoPlugin(LLMToolPlugin):
+    _version_ = "0.1.0"
+
+    @classmethod
+    def get_metadata(cls) -> LLMToolMetadata:
+        return {
+            "name": "echo",
+            "displayName": "Echo",
+            "description": "Say it back.",
+            "displayDescription": "Say it back.",
+            "parameters": {
+                "text": {"type": "string", "description": "What to say", "displayDescription": "", "required": True},
+                "times": {"type": "integer", "description": "How often", "displayDescription": ""},
+            },
+        }
+
+    def invoke(self, text: str, times: int = 1) -> str:
+        same = llm_tool_plugin.LLMToolPlugin is LLMToolPlugin
+        return f"{text * int(times)} {same}"
+"""
+
+
+def test_a_plugin_on_ragflows_older_import_path_runs_unchanged(tmp_path: Path) -> None:
+    path = write_toolkit(tmp_path, OLDER_RAGFLOW_PLUGIN)
+    final = run({"op": "introspect", "source_path": path}).final
+    assert final["kind_of_toolkit"] == "ragflow", final
+    # A parameter without `required` is optional (RAGFlow's own converter fails on it).
+    assert final["tools"][0]["function"]["parameters"] == {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "description": "What to say"},
+            "times": {"type": "integer", "description": "How often"},
+        },
+        "required": ["text"],
+    }
+    assert run(invoke(path, "echo", {"text": "ab", "times": 2})).final["result"] == "abab True"
+
+
+def test_the_oldest_plugin_metadata_gives_its_json_schema_as_it_is(tmp_path: Path) -> None:
+    source = OLDER_RAGFLOW_PLUGIN.replace(
+        '''"parameters": {
+                "text": {"type": "string", "description": "What to say", "displayDescription": "", "required": True},
+                "times": {"type": "integer", "description": "How often", "displayDescription": ""},
+            },''',
+        '''"parameters": {
+                "type": "object",
+                "properties": {"text": {"type": "string", "description": "What to say"}},
+                "required": ["text"],
+            },''',
+    )
+    path = write_toolkit(tmp_path, source)
+    tool = run({"op": "introspect", "source_path": path}).final["tools"][0]["function"]
+    assert tool["parameters"] == {
+        "type": "object",
+        "properties": {"text": {"type": "string", "description": "What to say"}},
+        "required": ["text"],
+    }
 
 
 def test_library_lookup_reports_status_and_one_citation() -> None:

@@ -597,7 +597,7 @@ def test_the_host_never_sees_the_symlinks_the_tool_leaves(run_tool, sandbox_env:
                 def go(self, name: str) -> list:
                     made = []
                     for directory in ("/tmp", "/dev/shm"):
-                        for target in ("/etc/shadow", "/work/main/toolhub/settings.py", "/"):
+                        for target in ("/etc/shadow", "/srv/toolhub/toolhub/settings.py", "/"):
                             link = f"{directory}/{name}-{len(made)}"
                             os.symlink(target, link)
                             made.append(link)

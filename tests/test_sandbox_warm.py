@@ -25,7 +25,7 @@ pytest_plugins = ["tests.sandbox_fixtures"]
 
 from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
 from toolhub.sandbox.launcher import Limits, SandboxOutcome  # noqa: E402
-from toolhub.sandbox.uids import UidPool  # noqa: E402
+from toolhub.sandbox.uids import UidPool, uids_with_processes  # noqa: E402
 from toolhub.sandbox.warm import WarmSandbox  # noqa: E402
 from toolhub.sandbox.warm_budget import MemoryBudget, WarmBudgetExceeded  # noqa: E402
 from toolhub.sandbox.warm_pool import WarmPool  # noqa: E402
@@ -369,6 +369,19 @@ def test_sandboxes_retire_after_their_calls_and_when_idle(call, pool: WarmPool) 
     pool.reap()
     assert second.retired and pool.idle() == []
     assert wait_for_no_sandbox_processes(timeout=5) == []
+
+
+def test_a_retired_sandbox_leaves_no_zombie_and_its_uid_is_free_at_once(call, pool: WarmPool) -> None:
+    # Its pid 1 is reaped by bubblewrap, not left to the host's init (which, on some hosts,
+    # takes seconds): until then the uid pool would count the uid as busy.
+    _result(call(ECHO, arguments={"text": "1"}))
+    sandbox = _only_sandbox(pool)
+    pool.idle_timeout = 0
+    pool.reap()
+    assert sandbox.retired
+    assert sandbox.uid not in uids_with_processes()
+    assert [line for line in subprocess.run(["ps", "-eo", "user:20=,stat="], capture_output=True, text=True).stdout.splitlines()
+            if line.split()[0].startswith("toolhub-sb-") and line.split()[1].startswith("Z")] == []
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> None:

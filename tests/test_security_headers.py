@@ -1,4 +1,4 @@
-"""Response headers (issue 15): a strict Content-Security-Policy on every response, the usual
+"""Response headers: a strict Content-Security-Policy on every response, the usual
 production headers behind TOOLHUB_HTTPS, and no template that needs inline script."""
 
 from __future__ import annotations

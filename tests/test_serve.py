@@ -1,8 +1,8 @@
-"""`make run`'s supervisor (scripts/serve.py), finding 8 of issue 18: Ctrl-C stops the web
+"""`make run`'s supervisor (scripts/serve.py): Ctrl-C stops the web
 server, both workers and beat, with everything below them, within a few seconds, and a second
 Ctrl-C at once. Before, the worker's main process outlived `make run`, reparented to init.
 
-Finding 7 of issue 15: without `REDIS_URL` the broker is a private redis-server on a UNIX socket
+Without `REDIS_URL` the broker is a private redis-server on a UNIX socket
 in the data directory (before, kombu's filesystem transport, whose half-written message once
 crashed the worker), and a worker that dies is restarted (before, nothing restarted it)."""
 

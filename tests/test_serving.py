@@ -61,10 +61,23 @@ def test_the_document_lists_the_ready_tools_of_a_usable_toolkit(client, alice, b
 
 def test_it_refuses_anonymous_callers_and_bad_tokens(client, alice, upload):
     _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
-    for response in (client.get("/openapi/echo/openapi.json"), client.post("/openapi/echo/echo", "{}", content_type="application/json"),
-                     client.get("/openapi/openapi.json", HTTP_AUTHORIZATION="Bearer th_nope")):
+    for response in (client.get("/openapi/echo/openapi.json"), client.post("/openapi/echo/echo", "{}", content_type="application/json")):
         assert response.status_code == 401 and response["WWW-Authenticate"] == "Bearer"
         assert response.json()["errors"][0]["message"].startswith("Authentication required")
+    # A token that was sent and refused is answered differently from no token at all.
+    for response in (client.get("/openapi/openapi.json", HTTP_AUTHORIZATION="Bearer th_nope"),
+                     client.post("/openapi/echo/echo", "{}", content_type="application/json", HTTP_AUTHORIZATION="Bearer " + "x" * 300)):
+        assert response.status_code == 401 and response["WWW-Authenticate"] == "Bearer"
+        assert response.json()["errors"][0]["message"].startswith("The bearer token is not valid")
+
+
+def test_every_operation_documents_its_refusals(client, alice, bearer, upload):
+    _ready(upload(alice, toolkit_source("Echo"), slug="echo"))
+    doc = client.get("/openapi/echo/openapi.json", **bearer(alice)).json()
+    responses = doc["paths"]["/echo"]["post"]["responses"]
+    # 202: accepted, but the wait for the result broke (the database went away meanwhile).
+    assert set(responses) == {"200", "202", "400", "401", "403", "404", "429", "500"}
+    assert responses["401"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Errors"}
 
 
 def test_it_rejects_wrong_methods(client, alice, bearer, upload):
@@ -195,7 +208,8 @@ def test_the_connect_tab_shows_the_urls_with_copy_buttons(client, alice, carol, 
     for url in ("http://testserver/mcp/echo", "http://testserver/mcp", "http://testserver/openapi/echo"):
         assert f">{url}</code>" in body
     assert 'data-copy="c-mcp"' in body and "/static/js/connect.js" in body
-    assert 'X-User-Email: "{{LIBRECHAT_USER_EMAIL}}"' in body
+    # The credential's default header, the one Open WebUI sends (not LibreChat's docs' X-User-Email).
+    assert 'X-OpenWebUI-User-Email: "{{LIBRECHAT_USER_EMAIL}}"' in body
     assert "<code>echo</code>" in body
 
 

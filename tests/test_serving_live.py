@@ -110,6 +110,9 @@ def stack(ready, alice, bob, carol, tmp_path):
     yield server
     server.kill()
     worker.kill()
+    # Shown with the report of a test that failed: why the server answered 500, if it did.
+    if "Traceback" in server.output():
+        print("server log:\n" + server.output()[-6000:], file=sys.stderr)
 
 
 def _get(url: str, **kwargs):

@@ -1,4 +1,4 @@
-"""What a tool shows is framed as the toolkit's (issue 15, finding 7): a question from
+"""What a tool shows is framed as the toolkit's: a question from
 `__event_call__` says "<toolkit> asks:" and that it comes from the toolkit's code, a password
 input carries a warning, and status lines, notifications and messages are captioned with the
 toolkit's name, so "Confirm your ToolHub password" from a tool cannot pass as ToolHub's own."""

@@ -381,8 +381,10 @@ def test_rollback_to_an_unknown_revision_says_so(client, alice, two):
 def test_rollback_keeps_changes_made_to_the_toolkit_meanwhile(two):
     from toolhub.toolkits import services
 
-    # Someone grants egress after this (stale) instance was read.
+    # Someone grants egress after this (stale) instance was read; an admin had reviewed
+    # revision 1 (an unreviewed one could not become current again, see test_revision_review).
     Toolkit.objects.filter(pk=two.pk).update(egress_granted=True, egress_hosts=["api.example.org"])
+    two.revisions.filter(number=1).update(review="approved")
     services.toolkit_rollback(toolkit=two, number=1)
     fresh = Toolkit.objects.get(pk=two.pk)
     assert fresh.current_revision.number == 1

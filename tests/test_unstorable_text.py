@@ -1,4 +1,4 @@
-"""Text that cannot be encoded or stored (finding 7 of issue 15): a lone UTF-16 surrogate or a
+"""Text that cannot be encoded or stored: a lone UTF-16 surrogate or a
 NUL character, which JSON escapes can spell, is refused with 400 at the API, and replaced by
 U+FFFD in whatever a run sends back (result, events), so the run ends with its own outcome."""
 

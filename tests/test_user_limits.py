@@ -1,4 +1,4 @@
-"""Fair use per user (issue 15, finding 5): a cap on invocations queued or running at once and
+"""Fair use per user: a cap on invocations queued or running at once and
 a rate limit, whatever the surface, answered with 429 and Retry-After before anything is
 stored or queued; another user is not affected."""
 

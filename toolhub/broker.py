@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from celery import current_app
 from kombu.transport import redis as kombu_redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 # Celery's own bound for the arguments' repr in a message (its argsrepr_maxsize).
 ARGSREPR_MAX = 1024
@@ -48,6 +49,21 @@ class _OneClientChannel(kombu_redis.Channel):
         if client is None or client.connection_pool is not pool:
             client = self.__dict__["_one_client"] = super()._create_client()  # type: ignore[misc]
         return client
+
+    def _connparams(self, asynchronous: bool = False):
+        """kombu's, but a channel whose connection was already closed raises a connection error
+        (which the callers closing it ignore) instead of an AttributeError (which kills the worker).
+
+        When the broker goes away while a worker has tasks running, Celery (5.7) first collects
+        the broken connection, which closes the transport (its `client` becomes None), and then
+        closes the connection again; the channel's second close tries to put the running tasks'
+        messages back and asks for a new Redis client, and kombu read `None.hostname` there:
+        "Unrecoverable error: AttributeError ... 'hostname'", the worker gone for good. The same
+        symptom as celery/kombu#582. The messages stay in Redis's unacknowledged set either way
+        (their visibility timeout restores them, or the reaper sends them again)."""
+        if self.connection.client is None:
+            raise RedisConnectionError("the broker connection was closed")
+        return super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]  # not in the stubs
 
 
 class RedisTransport(kombu_redis.Transport):

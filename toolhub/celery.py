@@ -1,11 +1,13 @@
-"""The Celery application. Workers listen on two queues: `builds` (locks and environments)
-and `sandbox` (introspection and tool invocations)."""
+"""The Celery application. Workers listen on four queues (settings.CELERY_TASK_ROUTES): `builds`
+(locks and environments), `sandbox` (introspection, tool invocations, tool tests and agent runs),
+`maintenance` (the reapers and the usage fold) and Celery's default `celery` for the rest (the
+package index checks)."""
 
 import logging
 import os
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init, worker_ready
+from celery.signals import task_prerun, worker_init, worker_process_init, worker_ready
 from kombu import transport as kombu_transports
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolhub.settings")
@@ -40,8 +42,21 @@ def _no_database_pool(**kwargs) -> None:
             # Only PostgreSQL's wrapper has a pool.
             database.close_pool()  # type: ignore[attr-defined]
             del database.settings_dict["OPTIONS"]["pool"]
-            # Turned on with the pool, for the pool's check of each connection it hands out.
-            database.settings_dict["CONN_HEALTH_CHECKS"] = False
+        # The one connection lives as long as CELERY_DB_REUSE_MAX lets it (not CONN_MAX_AGE's
+        # per-request 0), and is checked before each task (_drop_dead_connections).
+        database.settings_dict["CONN_MAX_AGE"] = None
+        database.settings_dict["CONN_HEALTH_CHECKS"] = True
+
+
+@task_prerun.connect
+def _drop_dead_connections(**kwargs) -> None:
+    """Every task starts on a live database connection. A worker keeps its connection across
+    tasks, and one that PostgreSQL dropped (a restart, a failover, `pg_terminate_backend`, an
+    idle timeout) would otherwise fail every task of this process (the reaper's, builds,
+    agent runs) until the worker restarts."""
+    from toolhub import dbretry
+
+    dbretry.drop_dead_connections()
 
 
 @worker_init.connect

@@ -17,15 +17,22 @@ did commit after all).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
-from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, connections
+from django.utils.translation import gettext_noop
 
 logger = logging.getLogger(__name__)
 
+# What a caller is told when a request finds the database away (the API, the tool servers and,
+# translated, the pages): the server's condition, worth a retry in a moment.
+UNAVAILABLE = gettext_noop("The database is unavailable right now; try again in a moment.")
+
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class WriteFailed(DatabaseError):
@@ -43,6 +50,39 @@ def reconnect() -> None:
     except DatabaseError:
         # Closing a connection whose server is gone can fail too; it is gone either way.
         pass
+
+
+def drop_dead_connections() -> None:
+    """Close this thread's database connections that no longer answer, so the next query opens
+    a new one: what Django does at the start of a web request (CONN_HEALTH_CHECKS), done at the
+    start of each Celery task, which is no request. The check is a `SELECT 1` on a connection
+    the task is about to use anyway (bench/db_health_check.py measures it)."""
+    for database in connections.all(initialized_only=True):
+        if database.connection is None or database.in_atomic_block:
+            continue
+        # Django's own steps for a request: forget the last check (and drop a connection left
+        # in a wrong state or past CONN_MAX_AGE), then check it now rather than at the first
+        # query, as toolhub.plainsql's cursors skip Django's lazy check.
+        database.close_if_unusable_or_obsolete()
+        try:
+            database.close_if_health_check_failed()
+        except DatabaseError:
+            reconnect()
+
+
+def retried(what: str) -> Callable[[Callable[P, T]], Callable[P, T | None]]:
+    """`write` around every call of the decorated function (which must be safe to repeat):
+    for the steps of a build, whose first query after minutes of `uv` may find the
+    connection gone."""
+
+    def decorate(fn: Callable[P, T]) -> Callable[P, T | None]:
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T | None:
+            return write(lambda: fn(*args, **kwargs), what=what, already_done=None)
+
+        return wrapper
+
+    return decorate
 
 
 def write(fn: Callable[[], T], *, what: str, already_done: type[BaseException] | None = IntegrityError) -> T | None:

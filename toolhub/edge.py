@@ -17,6 +17,7 @@ dropped connection instead of the answer.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.multipartparser import MultiPartParserError
 from django.utils.translation import gettext as _
@@ -33,7 +35,11 @@ MAX_DRAIN_BYTES = 64 * 1024 * 1024
 _DRAIN_CHUNK = 64 * 1024
 # NUL, and the surrogate code points, which no valid UTF-8 text contains.
 _BAD_TEXT = re.compile("[\x00\ud800-\udfff]")
+logger = logging.getLogger(__name__)
+
 _API_PREFIX = "/api/"
+# Where callers are programs: refusals are JSON there.
+_MACHINE_PREFIXES = (_API_PREFIX, "/openapi/")
 # The checked JSON document of a request, for the API's parser (so the body is parsed once).
 PARSED_JSON = "toolhub_parsed_json"
 MISSING = object()
@@ -180,7 +186,7 @@ def _drain(request: HttpRequest) -> bool:
 def _answer(
     request: HttpRequest, status: int, message: str, field: str | None = None, line: int | None = None
 ) -> HttpResponse:
-    if request.path.startswith(_API_PREFIX):
+    if request.path.startswith(_MACHINE_PREFIXES):
         body = {"errors": [{"message": message, "field": field, "line": line}]}
         return JsonResponse(body, status=status)
     return HttpResponse(message + "\n", status=status, content_type="text/plain; charset=utf-8")
@@ -226,4 +232,15 @@ class BoundedInputMiddleware:
             # Committed, but not queued: the revision is failed, so Retry works at once.
             message = _("Saved, but no worker can take it right now; press Retry on the Environment tab later.")
             return _answer(request, 503, message)
+        if isinstance(exception, (OperationalError, InterfaceError)):
+            # The database refused or lost the connection (a restart, a failover, no free slot):
+            # the server's condition, not the caller's, so a tool server's client gets a JSON 503
+            # it may retry, not the HTML 500 page, and the connection is made anew.
+            from toolhub import dbretry
+
+            logger.warning("database unavailable on %s %s: %s", request.method, request.path, str(exception).strip())
+            dbretry.reconnect()
+            response = _answer(request, 503, _(dbretry.UNAVAILABLE))
+            response["Retry-After"] = "1"
+            return response
         return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from pathlib import Path
 
 import environ
@@ -69,6 +70,7 @@ INSTALLED_APPS = [
     "toolhub.agents",
     "toolhub.api",
     "toolhub.serving",
+    "toolhub.usage",
 ]
 
 MIDDLEWARE = [
@@ -133,8 +135,11 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 # A pooled connection is checked before each use, so a restarted server costs no error.
 TOOLHUB_DB_POOL = env.bool("TOOLHUB_DB_POOL", default=False)
 if TOOLHUB_DB_POOL and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # Django's backend, checking each pooled connection it hands out itself: after a database
+    # restart the first request gets a live connection at once (toolhub/backends/postgresql).
+    DATABASES["default"]["ENGINE"] = "toolhub.backends.postgresql"
     DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
         "max_size": env.int("TOOLHUB_DB_POOL_SIZE", default=10),
@@ -276,15 +281,19 @@ CELERY_TASK_ROUTES = {
     "toolhub.toolkits.tasks.build_revision": {"queue": "builds"},
     "toolhub.toolkits.tasks.introspect_revision": {"queue": "sandbox"},
     "toolhub.runs.tasks.run_invocation": {"queue": "sandbox"},
+    "toolhub.runs.tasks.revision_tests": {"queue": "sandbox"},
+    "toolhub.runs.tasks.tool_tests_run": {"queue": "sandbox"},
     "toolhub.runs.tasks.reap_stale_work": {"queue": "maintenance"},
     "toolhub.agents.tasks.run_agent": {"queue": "sandbox"},
     "toolhub.agents.tasks.reap_stale_agent_runs": {"queue": "maintenance"},
+    "toolhub.usage.tasks.fold_usage": {"queue": "maintenance"},
 }
 # How often celery beat runs the reapers.
 _REAP_EVERY = env.float("TOOLHUB_REAP_EVERY_SECONDS", default=30.0)
 CELERY_BEAT_SCHEDULE = {
     "reap-stale-work": {"task": "toolhub.runs.tasks.reap_stale_work", "schedule": _REAP_EVERY},
     "reap-stale-agent-runs": {"task": "toolhub.agents.tasks.reap_stale_agent_runs", "schedule": _REAP_EVERY},
+    "fold-usage": {"task": "toolhub.usage.tasks.fold_usage", "schedule": env.float("TOOLHUB_USAGE_FOLD_EVERY_SECONDS", default=60.0)},
 }
 
 # PACKAGES AND ENVIRONMENTS
@@ -303,6 +312,11 @@ TOOLHUB_INDEX_CHECK_TIMEOUT = env.float("TOOLHUB_INDEX_CHECK_TIMEOUT", default=1
 TOOLHUB_INDEX_CHECK_MAX_AGE = env.int("TOOLHUB_INDEX_CHECK_MAX_AGE", default=24 * 3600)
 TOOLHUB_BUILD_TIMEOUT = env.float("TOOLHUB_BUILD_TIMEOUT", default=900.0)
 TOOLHUB_BUILD_SILENCE_TIMEOUT = env.float("TOOLHUB_BUILD_SILENCE_TIMEOUT", default=300.0)
+# What one lock or install step may download in all, and how many files uv fetches at once (with
+# its own default, 50, a 108-package lock failed with a "tunnel error" and with 8 it built; the
+# build's egress forwarder keeps at most 64 connections open).
+TOOLHUB_BUILD_MAX_DOWNLOAD_BYTES = env.int("TOOLHUB_BUILD_MAX_DOWNLOAD_BYTES", default=8 * 1024**3)
+TOOLHUB_BUILD_CONCURRENT_DOWNLOADS = env.int("TOOLHUB_BUILD_CONCURRENT_DOWNLOADS", default=8)
 # Locks and installs run as this unprivileged user in bubblewrap (toolhub/sandbox/build.py);
 # scripts/system-setup creates it.
 TOOLHUB_BUILD_USER = env.str("TOOLHUB_BUILD_USER", default="toolhub-build")
@@ -368,6 +382,16 @@ TOOLHUB_SERVE_WAIT_SECONDS = env.float("TOOLHUB_SERVE_WAIT_SECONDS", default=180
 # Browser origins allowed to call the OpenAPI tool servers (Open WebUI's user tool servers);
 # none by default, so no browser page of another origin can call them.
 TOOLHUB_CORS_ORIGINS = env.list("TOOLHUB_CORS_ORIGINS", default=[])
+# /mcp: browser origins allowed to call it (a request without Origin, from a server, always
+# may), and the Host names it answers to (empty: ALLOWED_HOSTS without a "*", else only the
+# local names): the MCP specification's guard against DNS rebinding.
+TOOLHUB_MCP_ALLOWED_ORIGINS = [o.rstrip("/") for o in env.list("TOOLHUB_MCP_ALLOWED_ORIGINS", default=[])]
+TOOLHUB_MCP_ALLOWED_HOSTS = env.list("TOOLHUB_MCP_ALLOWED_HOSTS", default=[])
+# The catalogue of every toolkit: MCP's tools/list gives this many toolkits a page (clients
+# follow nextCursor); the combined OpenAPI document lists at most this many, and past that
+# answers 413 naming the per-toolkit URLs.
+TOOLHUB_MCP_PAGE_TOOLKITS = env.int("TOOLHUB_MCP_PAGE_TOOLKITS", default=100)
+TOOLHUB_OPENAPI_MAX_TOOLKITS = env.int("TOOLHUB_OPENAPI_MAX_TOOLKITS", default=2000)
 # Calls per minute through MCP and the OpenAPI tool servers: per client credential and per
 # user (a client credential may set its own); 0 switches a limit off.
 TOOLHUB_CLIENT_CALLS_PER_MINUTE = env.int("TOOLHUB_CLIENT_CALLS_PER_MINUTE", default=600)
@@ -389,11 +413,65 @@ TOOLHUB_AGENT_MAX_SECONDS = env.float("TOOLHUB_AGENT_MAX_SECONDS", default=300.0
 TOOLHUB_AGENT_MAX_TOKENS = env.int("TOOLHUB_AGENT_MAX_TOKENS", default=100_000)
 TOOLHUB_AGENT_RUNS_PER_HOUR = env.int("TOOLHUB_AGENT_RUNS_PER_HOUR", default=60)
 TOOLHUB_AGENT_MAX_TOOLS = env.int("TOOLHUB_AGENT_MAX_TOOLS", default=20)
+# Tool calls a run may make in all, and after one model answer (every call is an invocation in
+# a sandbox of its own, with the user's fair-use limits besides).
+TOOLHUB_AGENT_MAX_TOOL_CALLS = env.int("TOOLHUB_AGENT_MAX_TOOL_CALLS", default=50)
+TOOLHUB_AGENT_MAX_TOOLS_PER_ANSWER = env.int("TOOLHUB_AGENT_MAX_TOOLS_PER_ANSWER", default=10)
 
 # NETWORK EGRESS (for toolkits an admin granted it)
 # ------------------------------------------------------------------------------
 TOOLHUB_EGRESS_MAX_BYTES = env.int("TOOLHUB_EGRESS_MAX_BYTES", default=50 * 1024 * 1024)
 TOOLHUB_EGRESS_MAX_CONNECTIONS = env.int("TOOLHUB_EGRESS_MAX_CONNECTIONS", default=50)
+
+# OIDC
+# ------------------------------------------------------------------------------
+# Sign-in with the organisation's identity provider (toolhub.accounts.oidc, docs/people.md). Off
+# while TOOLHUB_OIDC_ISSUER is empty; its endpoints come from <issuer>/.well-known/openid-configuration.
+TOOLHUB_OIDC_ISSUER = env.str("TOOLHUB_OIDC_ISSUER", default="")
+# The name on the login page's button: "Sign in with <name>".
+TOOLHUB_OIDC_PROVIDER_NAME = env.str("TOOLHUB_OIDC_PROVIDER_NAME", default="your organisation")
+OIDC_RP_CLIENT_ID = env.str("TOOLHUB_OIDC_CLIENT_ID", default="")
+OIDC_RP_CLIENT_SECRET = env.str("TOOLHUB_OIDC_CLIENT_SECRET", default="")
+OIDC_RP_SCOPES = env.str("TOOLHUB_OIDC_SCOPES", default="openid email profile")
+OIDC_RP_SIGN_ALGO = env.str("TOOLHUB_OIDC_SIGN_ALGO", default="RS256")
+OIDC_USE_PKCE = True
+OIDC_TIMEOUT = 10
+OIDC_CREATE_USER = True
+# Only emails of these domains may sign in (empty: any).
+TOOLHUB_OIDC_ALLOWED_DOMAINS = env.list("TOOLHUB_OIDC_ALLOWED_DOMAINS", default=[])
+# The claim that lists a person's groups; its values become their ToolHub groups at each sign-in,
+# created on first use with TOOLHUB_OIDC_CREATE_GROUPS, else only those that exist.
+TOOLHUB_OIDC_GROUPS_CLAIM = env.str("TOOLHUB_OIDC_GROUPS_CLAIM", default="groups")
+TOOLHUB_OIDC_CREATE_GROUPS = env.bool("TOOLHUB_OIDC_CREATE_GROUPS", default=False)
+# Values of the groups claim that make an admin or an author (anyone else is a user).
+TOOLHUB_OIDC_ADMIN_GROUPS = env.list("TOOLHUB_OIDC_ADMIN_GROUPS", default=[])
+TOOLHUB_OIDC_AUTHOR_GROUPS = env.list("TOOLHUB_OIDC_AUTHOR_GROUPS", default=[])
+# Whether the password form stays on the login page beside the provider's button.
+TOOLHUB_OIDC_LOCAL_PASSWORDS = env.bool("TOOLHUB_OIDC_LOCAL_PASSWORDS", default=True)
+# The provider's code flow is a backend of its own, only when there is a provider.
+if TOOLHUB_OIDC_ISSUER:
+    AUTHENTICATION_BACKENDS.append("toolhub.accounts.oidc.ToolHubOIDCBackend")
+
+# PEOPLE
+# ------------------------------------------------------------------------------
+# How long an invitation link (made on the Users page or by POST /api/v1/users) stays valid.
+TOOLHUB_INVITATION_DAYS = env.int("TOOLHUB_INVITATION_DAYS", default=7)
+
+# OPERATIONS (toolhub.ops; docs/deploying.md)
+# ------------------------------------------------------------------------------
+# This host's name in what a worker reports (a call that failed because this host could not
+# build the toolkit's environment names it; docs/deploying.md, "Several machines").
+TOOLHUB_HOST_NAME = env.str("TOOLHUB_HOST_NAME", default=socket.gethostname())
+# How long /readyz waits for the workers' answers to its broadcast.
+TOOLHUB_READY_TIMEOUT_SECONDS = env.float("TOOLHUB_READY_TIMEOUT_SECONDS", default=1.0)
+# Who may read /metrics: clients from these addresses or networks (CIDR), and any client that
+# sends `Authorization: Bearer <TOOLHUB_METRICS_TOKEN>` when that is set. Behind a reverse
+# proxy every client has the proxy's address: set a token and empty the list.
+TOOLHUB_METRICS_ALLOW = env.list("TOOLHUB_METRICS_ALLOW", default=["127.0.0.1/32", "::1/128"])
+TOOLHUB_METRICS_TOKEN = env.str("TOOLHUB_METRICS_TOKEN", default="")
+# The most series one labelled metric of /metrics holds (invocations by toolkit, tool,
+# surface and outcome: the busiest first).
+TOOLHUB_METRICS_MAX_SERIES = env.int("TOOLHUB_METRICS_MAX_SERIES", default=5000)
 
 # LOGGING
 # ------------------------------------------------------------------------------

@@ -90,7 +90,10 @@
     if (!clock.hasAttribute("data-since")) {
       clock.setAttribute("data-since", String(Date.now() - Number(clock.getAttribute("data-elapsed-ms"))));
     }
-    clock.textContent = ((Date.now() - Number(clock.getAttribute("data-since"))) / 1000).toFixed(1) + " s";
+    // In the page's language ("1,5 s" in French), as the server writes it.
+    var seconds = (Date.now() - Number(clock.getAttribute("data-since"))) / 1000;
+    clock.textContent = seconds.toLocaleString(document.documentElement.lang || undefined,
+      { minimumFractionDigits: 1, maximumFractionDigits: 1 }) + " s";
   }
 
   function setUp(root) {

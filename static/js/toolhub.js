@@ -106,3 +106,16 @@ document.addEventListener("keydown", function (event) {
     toggle.focus();
   }
 });
+
+// On a phone a wide table scrolls sideways (toolhub.css); one that does gets a tab stop, so a
+// keyboard can scroll it too (axe: scrollable-region-focusable).
+function focusableScrollers(root) {
+  (root || document).querySelectorAll(".table").forEach(function (table) {
+    if (table.scrollWidth > table.clientWidth + 1 && !table.hasAttribute("tabindex")) {
+      table.setAttribute("tabindex", "0");
+    }
+  });
+}
+document.addEventListener("DOMContentLoaded", function () { focusableScrollers(document); });
+document.addEventListener("htmx:afterSettle", function () { focusableScrollers(document); });
+window.addEventListener("resize", function () { focusableScrollers(document); });

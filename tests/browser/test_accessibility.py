@@ -47,13 +47,39 @@ def test_every_page_has_no_serious_or_critical_violations(page: Page, login, adm
         f"/toolkits/{slug}/upload/", f"/toolkits/{slug}/environment/", f"/toolkits/{slug}/valves/",
         f"/toolkits/{slug}/settings/", f"/toolkits/{slug}/translations/", f"/toolkits/{slug}/delete/",
         "/packages/", "/packages/reviews/", "/history/", "/account/tokens/", f"/invocations/{done.id}/", f"/invocations/{waiting.id}/",
-        "/toolkits/no-such-toolkit/",
+        "/toolkits/no-such-toolkit/", "/connect/", f"/connect/?toolkit={slug}", "/guides/connect/",
+        "/clients/", f"/toolkits/{slug}/connect/",
     ]
     found = {url: _violations(page, url) for url in anonymous}
     login(admin)
     found.update({url: _violations(page, url) for url in signed_in})
     bad = {url: problems for url, problems in found.items() if problems}
     assert not bad, "\n".join(f"{url}: {p}" for url, problems in bad.items() for p in problems)
+
+
+RULES = """(rules) => window.__axeDone.then(() => window.axe.run(document, {runOnly: {type: "rule", values: rules}}))
+  .then(r => r.violations.map(v => v.id + ": " + v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(" | ")))"""
+
+
+def test_at_390_px_no_region_scrolls_out_of_the_keyboards_reach(page: Page, login, admin, alice, ready, upload) -> None:
+    from tests.conftest import toolkit_source
+
+    # A package waiting for approval, so the package queue has its wide table.
+    upload(alice, toolkit_source("Sizes", "humanize>=4"), slug="sizes")
+    page.set_viewport_size({"width": 390, "height": 844})
+    login(admin)
+    slug = ready.slug
+    found = {}
+    for url in ("/packages/", f"/toolkits/{slug}/tools/", f"/toolkits/{slug}/connect/", "/connect/", "/clients/",
+                f"/toolkits/{slug}/revisions/", "/account/tokens/", "/history/"):
+        page.goto(url)
+        page.wait_for_function("() => window.__axeDone !== undefined")
+        found[url] = page.evaluate(RULES, ["scrollable-region-focusable", "empty-table-header", "heading-order"])
+        if url == "/packages/":
+            expect(page.locator("[data-package='humanize']").first).to_be_attached()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390, url
+    bad = {url: problems for url, problems in found.items() if problems}
+    assert not bad, bad
 
 
 def test_the_skip_link_is_the_first_stop_and_jumps_to_the_content(page: Page, login, alice) -> None:

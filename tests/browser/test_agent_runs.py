@@ -1,4 +1,4 @@
-"""Issue 17's journey in a real browser: from a toolkit's Tools tab, try its tool with a model;
+"""The journey in a real browser: from a toolkit's Tools tab, try its tool with a model;
 the run's log tree grows on the page while a real worker runs the strategy and the tool in their
 sandboxes against a scripted OpenAI-compatible server, then the answer appears as Markdown."""
 

@@ -1,6 +1,6 @@
 """The pages work under the strict Content-Security-Policy (script-src 'self'): no inline
 script or handler is refused, the language menu still submits, build logs still scroll to
-their end (issue 15)."""
+their end."""
 
 from __future__ import annotations
 

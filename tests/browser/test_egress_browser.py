@@ -1,4 +1,4 @@
-"""Issue 8's journey in a real browser: an admin grants a toolkit network egress on its Overview
+"""The journey in a real browser: an admin grants a toolkit network egress on its Overview
 tab, runs one of its tools from the Tools tab against a test server, and the run view lists the
 host the tool contacted; a destination the proxy refuses is listed with the reason.
 

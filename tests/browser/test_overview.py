@@ -1,4 +1,4 @@
-"""From upload to first run (issue 16, Build 3) in a real browser: the uploader's Overview
+"""From upload to first run in a real browser: the uploader's Overview
 says what the new toolkit waits for, follows it live while an admin approves its package and
 a real worker builds it, and once ready offers its tool, one click from the playground."""
 

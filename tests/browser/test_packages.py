@@ -1,4 +1,4 @@
-"""Issue 3's journey in a real browser: an admin approves a package in the queue and watches
+"""The journey in a real browser: an admin approves a package in the queue and watches
 the toolkit's environment get built by a real worker, live on its Environment tab."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_an_admin_approves_a_package_and_the_toolkit_becomes_ready(
     shot("package-queue-before-build")
 
     page.get_by_role("checkbox", name="humanize").check()
-    page.get_by_role("button", name="Approve", exact=True).click()
+    page.get_by_role("button", name="Approve the selected packages").click()
     expect(page.locator(".messages")).to_contain_text("Approved: humanize")
     expect(page.get_by_text("No packages here.")).to_be_visible()
     expect(page.get_by_role("link", name=re.compile(r"^Approved \(1\)$"))).to_be_visible()
@@ -91,7 +91,7 @@ def test_an_admin_approves_with_the_index_information_and_an_unknown_name_is_ref
     # the others, without it, is refused by the server.
     expect(typo.get_by_role("button", name="Approve humanise-typo")).to_be_disabled()
     typo.get_by_role("checkbox", name="humanise-typo", exact=True).check()
-    page.get_by_role("button", name="Approve", exact=True).click()
+    page.get_by_role("button", name="Approve the selected packages").click()
     expect(page.locator(".messages")).to_contain_text("humanise-typo is not on the package index")
     expect(page.locator("tr[data-package='humanise-typo']")).to_be_visible()
 

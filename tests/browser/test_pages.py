@@ -85,3 +85,24 @@ def test_the_main_pages_fit_a_phone(page: Page, login, alice, upload, shot) -> N
         shot(f"phone-{tab}")
     page.goto("/toolkits/new/")
     _fits_the_screen(page)
+
+
+def test_the_clients_page_says_what_a_credential_can_reach(page: Page, login, admin, shot) -> None:
+    """Every page a browser test opens is checked by axe (tests/browser/conftest.py)."""
+    login(admin)
+    page.goto("/clients/")
+    scope = page.get_by_role("region", name="What a client credential can reach")
+    expect(scope).to_be_visible()
+    expect(scope.locator("li")).to_have_count(5)
+    expect(scope).to_contain_text("/mcp and /mcp/{slug}")
+    page.get_by_label("Name").fill("Open WebUI")
+    page.get_by_role("checkbox", name=re.compile("Acts for its users")).check()
+    page.get_by_role("checkbox", name=re.compile("May act for admins")).check()
+    page.get_by_role("button", name="Create client").click()
+    expect(page.locator("#new-token")).to_be_visible()
+    expect(page.locator("table tbody tr", has_text="Open WebUI")).to_contain_text("also for admins")
+    shot("clients-scope")
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.reload()
+    expect(scope).to_be_visible()
+    _fits_the_screen(page)

@@ -1,4 +1,4 @@
-"""Issue 6's journey in a real browser: run tools from the Tools tab and watch them work, with
+"""The journey in a real browser: run tools from the Tools tab and watch them work, with
 a real worker running them in the sandbox."""
 
 from __future__ import annotations

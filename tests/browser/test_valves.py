@@ -1,4 +1,4 @@
-"""Issue 5's journey in a real browser: an admin sets a toolkit's Valves (a secret among them)
+"""The journey in a real browser: an admin sets a toolkit's Valves (a secret among them)
 and a tool uses it; a plain user sets their own settings on My settings."""
 
 from __future__ import annotations

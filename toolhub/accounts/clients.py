@@ -29,7 +29,20 @@ from toolhub.accounts.models import (
 # An HTTP header name (RFC 9110 token characters), bounded.
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
 MAX_EMAIL = 254
+# What a client credential reaches, whoever it acts for (toolhub.api.auth.SERVING_AUTH and the
+# tool servers); the credential pages and the API show it.
+CLIENT_SCOPE = (
+    "/mcp and /mcp/{slug}",
+    "/openapi and /openapi/{slug}",
+    "GET /api/v1/toolkits and /api/v1/toolkits/{slug}",
+    "POST /api/v1/toolkits/{slug}/tools/{tool}/invoke",
+    "GET /api/v1/invocations/{id} and its events, POST …/respond and …/cancel (its own invocations)",
+)
 MAX_RATE = 100_000
+# No token, and a token that is not (or no longer) valid, get different answers: the caller
+# who sent one needs to know it was looked at and refused, not that it went missing.
+NO_TOKEN = "Authentication required: send a bearer token."
+INVALID_TOKEN = "The bearer token is not valid: it is unknown, revoked or mistyped."
 M = TypeVar("M", bound=Model)
 
 
@@ -54,13 +67,35 @@ class CallerRefused(Exception):
 
 @dataclass(frozen=True)
 class Caller:
+    """Who a request calls as: `user` always; `client` when an app's credential made the
+    request (for itself or for the person `user`); `token_id` when it was a person's own API
+    token."""
+
     user: Any
     client: ClientCredential | None = None
+    token_id: int | None = None
+
+    def principal(self) -> tuple[str, str]:
+        """The credential and the person, as the MCP SDK compares them to bind a session to
+        whoever opened it: the same app acting for another person is another principal."""
+        credential = f"client:{self.client.pk}" if self.client is not None else f"token:{self.token_id}"
+        return credential, str(self.user.pk)
+
+
+def identity_header(headers, name: str) -> str:
+    """The one value of an identity header, "" when it is absent. Sent twice it is refused
+    (400) on every surface alike: Django and Starlette would read it differently (joined with
+    commas, or the first value), and no email address holds a comma."""
+    value = headers.get(name) or ""
+    if "," in value:
+        raise CallerRefused(400, f"The {name} header was sent more than once (or holds a comma); send one email address.")
+    return value.strip()
 
 
 def client_create(
     *, name: str, acts_for_users: bool = False, user_header: str = DEFAULT_USER_HEADER,
     create_users: bool = False, by=None, calls_per_minute: int | None = None, user_calls_per_minute: int | None = None,
+    may_act_for_admins: bool = False,
 ) -> tuple[ClientCredential, str]:
     """A new credential and its raw token, which is never stored and must be shown once.
     Empty limits mean the settings' defaults; 0 switches a limit off."""
@@ -88,6 +123,7 @@ def client_create(
             credential = ClientCredential.objects.create(
                 name=name, prefix=raw[:11], digest=hash_token(raw), acts_for_users=bool(acts_for_users),
                 user_header=user_header, create_users=bool(create_users and acts_for_users),
+                may_act_for_admins=bool(may_act_for_admins and acts_for_users),
                 service_user=service, created_by=by, calls_per_minute=calls_per_minute,
                 user_calls_per_minute=user_calls_per_minute,
             )
@@ -114,9 +150,13 @@ def resolve_caller(*, token: str, headers) -> Caller:
 
     A person's API token → that person. A client credential → its service user, or, when it
     may act for users and the request names one in its header, the active ToolHub user with
-    that email (created on first use if the admin allowed it)."""
-    if not token or len(token) > 200:
-        raise CallerRefused(401, "Authentication required: send a bearer token.")
+    that email (created on first use if the admin allowed it); an admin only when the
+    credential may act for admins. What a client credential may reach is the caller's
+    business (toolhub.api.auth, the serving surfaces): it calls tools, it never manages."""
+    if not token:
+        raise CallerRefused(401, NO_TOKEN)
+    if len(token) > 200:
+        raise CallerRefused(401, INVALID_TOKEN)
     digest = hash_token(token)
     # A client credential's token says so (a person's starts with TOKEN_PREFIX, never with
     # CLIENT_TOKEN_PREFIX): the LLM apps' calls, most of all calls, skip people's tokens.
@@ -124,20 +164,25 @@ def resolve_caller(*, token: str, headers) -> Caller:
         row = _with_user(ApiToken, "user", digest)
         if row is not None:
             if not row.user.is_active:
-                raise CallerRefused(401, "Authentication required: send a bearer token.")
+                raise CallerRefused(401, INVALID_TOKEN)
             _touch(ApiToken, row)
-            return Caller(user=row.user)
+            return Caller(user=row.user, token_id=row.pk)
     client = _with_user(ClientCredential, "service_user", digest)
     if client is None or not client.is_active or not client.service_user.is_active:
-        raise CallerRefused(401, "Authentication required: send a bearer token.")
+        raise CallerRefused(401, INVALID_TOKEN)
     _touch(ClientCredential, client)
     if not (client.acts_for_users and client.user_header):
         # Without the right, a user header is ignored: the app calls as itself.
         return Caller(user=client.service_user, client=client)
-    email = (headers.get(client.user_header) or "").strip()
+    email = identity_header(headers, client.user_header)
     if not email:
         return Caller(user=client.service_user, client=client)
-    return Caller(user=_user_for_email(client, email), client=client)
+    user = _user_for_email(client, email)
+    if (user.is_staff or user.is_superuser) and not client.may_act_for_admins:
+        raise CallerRefused(
+            403, "This client credential may not act for admins; an admin can allow it on the credential (to call tools only)."
+        )
+    return Caller(user=user, client=client)
 
 
 @cache

@@ -2,7 +2,7 @@
 
 Django's LocaleMiddleware picks the language from the `django_language` cookie, then the
 browser's Accept-Language. That cookie lives in one browser only, so the language a user
-chose is also kept in their Profile (toolhub.toolkits.views_i18n.set_language saves it), and
+chose is also kept in their Profile (toolhub.toolkits.views.i18n.set_language saves it), and
 `UserLanguageMiddleware`, placed after AuthenticationMiddleware, makes it win for their
 requests.
 

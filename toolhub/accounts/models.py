@@ -17,9 +17,32 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+class Source(models.TextChoices):
+    """Where a person signs in: a ToolHub password, or the organisation's identity provider."""
+
+    LOCAL = "local"
+    OIDC = "oidc"
+
+
 class Profile(models.Model):
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
     language = models.CharField(max_length=10, blank=True)
+    # A person without a profile is local (the profile is made on first need).
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.LOCAL)
+
+
+class Invitation(models.Model):
+    """A link that lets a new person choose their password once, until it expires. Only the
+    digest is kept: the link is shown once, to the admin who made it (no mail is configured)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="invitations")
+    digest = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
 
 
 class ApiTokenQuerySet(models.QuerySet):
@@ -71,12 +94,18 @@ class ClientCredential(models.Model):
     """The credential of one LLM application ("Open WebUI production"), created by an admin.
 
     Without `acts_for_users` the app calls as its own service user, which has no UserValves.
-    With it, a request naming a user by email in `user_header` runs as that ToolHub user."""
+    With it, a request naming a user by email in `user_header` runs as that ToolHub user.
+    Whoever it acts for, it only calls tools: it reaches the serving surfaces (MCP, the
+    OpenAPI tool servers, invoking and following its own invocations) and nothing that
+    manages ToolHub."""
 
     name = models.CharField(max_length=100, unique=True)
     prefix = models.CharField(max_length=12)
     digest = models.CharField(max_length=64, unique=True)
     acts_for_users = models.BooleanField(default=False)
+    # Acting for a staff user is refused unless an admin ticked this; even then the
+    # credential reaches only the serving surfaces (toolhub.api.auth.SERVING_AUTH).
+    may_act_for_admins = models.BooleanField(default=False)
     user_header = models.CharField(max_length=100, default=DEFAULT_USER_HEADER, blank=True)
     create_users = models.BooleanField(default=False)
     # Calls per minute through MCP and OpenAPI, for the whole client and for each user it

@@ -26,7 +26,7 @@ def can_manage_toolkit(user, toolkit) -> bool:
 
 def require_admin(user: AbstractBaseUser | AnonymousUser) -> None:
     """The one rule for admin-only things: to anyone else they do not exist (404, as for
-    every object a user may not see; API.md)."""
+    every object a user may not see; docs/api.md)."""
     if not is_admin(user):
         raise Http404
 

@@ -59,7 +59,7 @@ def _optional_int(value: str, field: str) -> int | None:
 def client_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The admins' page of client credentials: one per LLM application."""
     require_admin(request.user)
-    new_token = None
+    new_token = credential = None
     error = None
     if request.method == "POST":
         try:
@@ -67,6 +67,7 @@ def client_list(request: AuthenticatedHttpRequest) -> HttpResponse:
                 name=request.POST.get("name", ""), acts_for_users=request.POST.get("acts_for_users") == "on",
                 user_header=request.POST.get("user_header", "").strip()[:100] or DEFAULT_USER_HEADER,
                 create_users=request.POST.get("create_users") == "on", by=request.user,
+                may_act_for_admins=request.POST.get("may_act_for_admins") == "on",
                 calls_per_minute=_optional_int(request.POST.get("calls_per_minute", ""), "calls_per_minute"),
                 user_calls_per_minute=_optional_int(request.POST.get("user_calls_per_minute", ""), "user_calls_per_minute"),
             )
@@ -74,7 +75,8 @@ def client_list(request: AuthenticatedHttpRequest) -> HttpResponse:
             error = str(exc)
     credentials = ClientCredential.objects.select_related("created_by")
     return render(request, "accounts/clients.html", {
-        "credentials": credentials, "new_token": new_token, "error": error, "default_header": DEFAULT_USER_HEADER,
+        "credentials": credentials, "new_token": new_token, "new_credential": credential, "error": error, "default_header": DEFAULT_USER_HEADER,
+        "client_scope": clients.CLIENT_SCOPE,
         "default_client_rate": settings.TOOLHUB_CLIENT_CALLS_PER_MINUTE, "default_user_rate": settings.TOOLHUB_USER_CALLS_PER_MINUTE,
     }, status=400 if error else 200)
 

@@ -6,8 +6,10 @@ key or a header value: `ModelError` scrubs them out of whatever the endpoint or 
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
+import httpx2 as httpx
 import openai
 from django.utils.translation import gettext as _
 
@@ -36,6 +38,9 @@ def _describe(exc: openai.OpenAIError) -> str:
         return _("The endpoint did not answer in time.")
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc
+        if isinstance(cause, (httpx.RemoteProtocolError, httpx.ReadError)):
+            # It was reached and began to answer, then the connection closed mid-answer.
+            return _("The endpoint's answer was cut off before it was complete: %(cause)s") % {"cause": cause}
         return _("Could not connect to the endpoint: %(cause)s") % {"cause": cause}
     if isinstance(exc, openai.APIStatusError):
         detail = exc.message or ""
@@ -77,9 +82,34 @@ class Client:
         return sorted(set(names))
 
     def chat(self, **kwargs: Any) -> dict[str, Any]:
-        """One chat completion (never streamed); the answer as plain JSON."""
+        """One chat completion (never streamed); the answer as plain JSON. An answer that is
+        not one (an HTML page, an error object with status 200, a proxy's JSON) is a ModelError
+        that shows the start of what came back."""
         try:
-            completion = self._client.chat.completions.create(stream=False, **kwargs)
-            return completion.model_dump(mode="json", exclude_unset=True)
+            completion: Any = self._client.chat.completions.create(stream=False, **kwargs)
+            # The client builds its models without validating them, and hands back the text
+            # of an answer that is not JSON at all.
+            answer = completion.model_dump(mode="json", exclude_unset=True) if hasattr(completion, "model_dump") else completion
         except Exception as exc:  # noqa: BLE001
             raise self._fail(exc) from None
+        if not _is_completion(answer):
+            raise ModelError(_scrub(_("The endpoint's answer is not a chat completion: %(answer)s") % {"answer": _show(answer)}, self._secrets))
+        return answer
+
+
+def _is_completion(answer: Any) -> bool:
+    """A chat completion has a list of choices, the first with a message (an object)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list) or not answer["choices"]:
+        return False
+    first = answer["choices"][0]
+    return isinstance(first, dict) and isinstance(first.get("message"), dict)
+
+
+def _show(answer: Any) -> str:
+    """The start of an answer for a message: JSON as JSON, anything else as its text."""
+    if isinstance(answer, str):
+        return answer[:_MAX_MESSAGE] or _("(an empty body)")
+    try:
+        return json.dumps(answer, ensure_ascii=False)[:_MAX_MESSAGE]
+    except (TypeError, ValueError):
+        return repr(answer)[:_MAX_MESSAGE]

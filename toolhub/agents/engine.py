@@ -5,8 +5,13 @@ come back over the runtime's line protocol and are answered here, within the run
   them: past `max_iterations` calls, the run's total time or its token budget, the call is
   refused and the run ends failed with that limit named, whatever the strategy does next.
 - A tool call runs only a tool the run was given, as the run's user with their UserValves, in
-  that tool's own sandbox: it is an invocation like any other, recorded in the history, and its
-  id is kept on the run.
+  that tool's own sandbox: it is an invocation like any other, created by the same service
+  (toolhub.runs.services.invocation_create: readiness, arguments, the user's fair use),
+  recorded in the history, and its id is kept on the run. The host counts tool calls too:
+  at most TOOLHUB_AGENT_MAX_TOOL_CALLS per run, TOOLHUB_AGENT_MAX_TOOLS_PER_ANSWER after one
+  model answer (or before the first), and tools called in at most `max_iterations` rounds (a
+  round: the calls after one model answer); past any of them the run ends failed with that
+  limit named, as for model calls.
 - The log tree is the strategy's nodes (ids prefixed `s-`) and the host's own record of each
   model and tool call (`h-`), hung under the strategy's innermost open node. Every node, its
   data and the number of nodes are bounded, and what is stored is saved as it happens, so the
@@ -18,21 +23,21 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import threading
 import time
 from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from toolhub import dbretry
 from toolhub.agents.client import Client, ModelError
 from toolhub.agents.models import AgentRun, AgentRunStatus
+from toolhub.heartbeat import Beat
 from toolhub.packages import envbuild as envlib
 from toolhub.runs import engine as run_engine
 from toolhub.runs import services as run_services
-from toolhub.runs.models import Invocation, RunStatus, Surface
+from toolhub.runs.models import RunStatus, Surface
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.toolkits import access
 from toolhub.toolkits import sandboxing as sandbox
@@ -46,7 +51,7 @@ MAX_NODE_DATA = 16 * 1024
 MAX_LABEL = 200
 MAX_MESSAGES = 500
 MAX_ANSWER = 200_000
-HEARTBEAT_SECONDS = 2.0
+WORKER_STOPPED = "The worker running this agent run stopped before it finished."
 # Options a strategy may pass through to the chat completion.
 MODEL_OPTIONS = {"temperature", "top_p", "max_tokens", "stop", "seed", "tool_choice", "response_format"}
 
@@ -80,6 +85,8 @@ class Recorder:
         self.limit: _Limit | None = None
         self.model_error = ""
         self.tools = {entry["name"]: entry for entry in run.tools}
+        # Tool calls per round, a round being the model calls made before them (0: none yet).
+        self.tool_rounds: dict[int, int] = {}
         self.started = time.monotonic()
         self.host_ids = itertools.count(1)
 
@@ -176,8 +183,30 @@ class Recorder:
         })
         return completion
 
+    def _count_tool_call(self) -> None:
+        """Count one tool call against the run's limits, or raise the limit it passes. Refused
+        calls count too, so a strategy that loops on errors still stops."""
+        if self.limit is not None:
+            raise self.limit
+        most = settings.TOOLHUB_AGENT_MAX_TOOL_CALLS
+        if self.usage["tool_calls"] >= most:
+            raise _Limit("tool_calls", f"The run made {most} tool calls (TOOLHUB_AGENT_MAX_TOOL_CALLS); it stops here.")
+        round_ = self.usage["model_calls"]
+        in_round = self.tool_rounds.get(round_, 0)
+        if in_round == 0 and len(self.tool_rounds) >= self.run.max_iterations:
+            raise _Limit("max_iterations", f"Tools were called in max_iterations ({self.run.max_iterations}) rounds; the run stops here.")
+        per_answer = settings.TOOLHUB_AGENT_MAX_TOOLS_PER_ANSWER
+        if in_round >= per_answer:
+            raise _Limit(
+                "tools_per_answer",
+                f"{per_answer} tools were called after one model answer (TOOLHUB_AGENT_MAX_TOOLS_PER_ANSWER); the run stops here.",
+            )
+        self.tool_rounds[round_] = in_round + 1
+        self.usage["tool_calls"] += 1
+
     def _tool(self, data: dict, parent: str | None) -> Any:
         self._check_time()
+        self._count_tool_call()
         name = str(data.get("name", ""))[:200]
         arguments = data.get("arguments")
         node = self._host_node(f"Tool {name}", {"arguments": arguments}, parent)
@@ -189,16 +218,17 @@ class Recorder:
         revision = toolkit.current_revision if toolkit else None
         if toolkit is None or revision is None or revision.status != Status.READY or entry["tool"] not in (revision.tool_names or []):
             return self._tool_failed(node, f"the tool {name!r} is not available now")
-        spec = run_services.tool_spec(revision, entry["tool"]) or {}
-        problems = run_services.check_arguments(spec.get("parameters") or {}, arguments)
-        if problems:
-            detail = "; ".join(f"{field}: {message}" if field else message for message, field in problems)
-            return self._tool_failed(node, f"invalid arguments: {detail}")
-        invocation = Invocation.objects.create(
-            toolkit=toolkit, revision=revision, tool=entry["tool"], arguments=arguments, user=self.run.user,
-            surface=Surface.AGENT,
-        )
-        self.usage["tool_calls"] += 1
+        try:
+            # The same door as every other call: readiness, the arguments against the schema,
+            # and the user's fair use (active invocations, invocations per minute).
+            invocation = run_services.invocation_create(
+                toolkit=toolkit, tool=entry["tool"], arguments=arguments, user=self.run.user, surface=Surface.AGENT,
+                enqueue=False,
+            )
+        except run_services.InvocationRejected as exc:
+            detail = "; ".join(f"{field}: {message}" if field else message for message, field in exc.errors)
+            prefix = "invalid arguments" if exc.status == 400 else "refused"
+            return self._tool_failed(node, f"{prefix}: {detail}")
         self.invocations.append(str(invocation.id))
         self.save()
         # In this worker, now: the tool runs in its own sandbox, as the run's user, with their
@@ -253,6 +283,7 @@ class Recorder:
         self.log.append(node)
         return True
 
+    @dbretry.retried("saving an agent run's log")
     def save(self, **fields: Any) -> None:
         usage = {**self.usage, **({"dropped_nodes": self.dropped_nodes} if self.dropped_nodes else {})}
         AgentRun.objects.filter(pk=self.run.pk).update(
@@ -265,37 +296,36 @@ class _CallFailed(Exception):
     """A call the strategy made failed; the message goes back to it."""
 
 
-class _Heartbeat:
+def _heartbeat(run_id: Any) -> Beat:
     """Beats for the run from a thread while the worker works on it, also while a model or a
-    tool takes its time, so the reaper does not take silence for a dead worker."""
+    tool takes its time, so the reaper does not take silence for a dead worker. The same beat
+    and the same timings as a tool call's (toolhub.runs.engine)."""
 
-    def __init__(self, run_id: Any) -> None:
-        self._run_id = run_id
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"agent-heartbeat-{run_id}", daemon=True)
+    def tick() -> None:
+        AgentRun.objects.filter(pk=run_id, status=AgentRunStatus.RUNNING).update(heartbeat_at=timezone.now())
 
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self._stopped.set()
-        self._thread.join(HEARTBEAT_SECONDS + 5)
-
-    def _beat(self) -> None:
-        try:
-            while not self._stopped.wait(HEARTBEAT_SECONDS):
-                try:
-                    AgentRun.objects.filter(pk=self._run_id, status=AgentRunStatus.RUNNING).update(
-                        heartbeat_at=timezone.now()
-                    )
-                except DatabaseError:
-                    logger.warning("heartbeat of agent run %s failed", self._run_id, exc_info=True)
-        finally:
-            connection.close()
+    return Beat(tick, every=run_engine.HEARTBEAT_SECONDS)
 
 
-def _finish(run: AgentRun, status: str, **fields: Any) -> None:
+def take(run_id: str) -> None:
+    """The worker's part: claim the queued run and execute it. A run already running when its
+    message comes again was redelivered after a worker died mid-run: its tools may have had
+    effects already, so it is failed rather than run twice."""
+    now = timezone.now()
+    claimed = AgentRun.objects.filter(pk=run_id, status=AgentRunStatus.QUEUED).update(
+        status=AgentRunStatus.RUNNING, started_at=now, heartbeat_at=now
+    )
+    run = AgentRun.objects.select_related("connection", "strategy_revision", "user").filter(pk=run_id).first()
+    if run is None or run.is_finished:
+        return
+    if not claimed:
+        finish(run, AgentRunStatus.FAILED, error=WORKER_STOPPED)
+        return
+    execute(run)
+
+
+@dbretry.retried("ending an agent run")
+def finish(run: AgentRun, status: str, **fields: Any) -> None:
     AgentRun.objects.filter(pk=run.pk).exclude(status__in=[AgentRunStatus.SUCCEEDED, AgentRunStatus.FAILED]).update(
         status=status, finished_at=timezone.now(), **fields
     )
@@ -326,12 +356,12 @@ def _request(run: AgentRun) -> dict[str, Any]:
 def execute(run: AgentRun) -> None:
     """Run a claimed (running) agent run to its end; it always ends succeeded or failed."""
     if run.connection is None:
-        _finish(run, AgentRunStatus.FAILED, error="The model connection was deleted.")
+        finish(run, AgentRunStatus.FAILED, error="The model connection was deleted.")
         return
     recorder = Recorder(run, Client(run.connection))
     revision = run.strategy_revision
     try:
-        with _Heartbeat(run.pk):
+        with _heartbeat(run.pk):
             env_dir = revision_environment(revision)
             # The strategy's own time is the sandbox's usual wall limit; the time the host
             # spends on its calls is the run's budget, checked on every call.
@@ -339,33 +369,33 @@ def execute(run: AgentRun) -> None:
             outcome = sandbox.run(revision=revision, env_dir=env_dir, request=_request(run), on_message=recorder,
                                   limits_=limits)
     except envlib.BuildFailed as exc:
-        _finish(run, AgentRunStatus.FAILED, error=f"The strategy's environment could not be built: {exc.reason}")
+        finish(run, AgentRunStatus.FAILED, error=f"The strategy's environment could not be built: {exc.reason}")
         return
     except sandboxlib.SandboxUnavailable as exc:
-        _finish(run, AgentRunStatus.FAILED, error=str(exc))
+        finish(run, AgentRunStatus.FAILED, error=str(exc))
         return
     except Exception as exc:  # noqa: BLE001 - an accepted run must always end
         logger.exception("agent run %s crashed in the worker", run.pk)
         recorder.save()
-        _finish(run, AgentRunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
+        finish(run, AgentRunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
         return
     final = outcome.final or {}
     recorder.save()
     if recorder.limit is not None:
-        _finish(run, AgentRunStatus.FAILED, error=recorder.limit.message, limit=recorder.limit.limit,
+        finish(run, AgentRunStatus.FAILED, error=recorder.limit.message, limit=recorder.limit.limit,
                 traceback=final.get("traceback", ""))
     elif final.get("kind") == "result":
-        _finish(run, AgentRunStatus.SUCCEEDED, answer=str(final.get("result") or "")[:MAX_ANSWER])
+        finish(run, AgentRunStatus.SUCCEEDED, answer=str(final.get("result") or "")[:MAX_ANSWER])
     elif final.get("kind") == "error" and recorder.model_error and "ModelInvokeError" in str(final.get("error")):
-        _finish(run, AgentRunStatus.FAILED, error=f"The model call failed: {recorder.model_error}",
+        finish(run, AgentRunStatus.FAILED, error=f"The model call failed: {recorder.model_error}",
                 traceback=final.get("traceback", ""))
     elif final.get("kind") == "error":
-        _finish(run, AgentRunStatus.FAILED, error=f"The strategy failed: {final.get('error')}",
+        finish(run, AgentRunStatus.FAILED, error=f"The strategy failed: {final.get('error')}",
                 traceback=final.get("traceback", ""))
     elif outcome.status == "timed_out":
-        _finish(run, AgentRunStatus.FAILED, limit="time",
+        finish(run, AgentRunStatus.FAILED, limit="time",
                 error=f"The strategy ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s of its own time.")
     else:
         reason = f"a sandbox limit was hit ({outcome.limit})" if outcome.limit else f"exit code {outcome.exit_code}"
-        _finish(run, AgentRunStatus.FAILED, error=f"The strategy ended without an answer ({reason}).",
+        finish(run, AgentRunStatus.FAILED, error=f"The strategy ended without an answer ({reason}).",
                 traceback=outcome.stderr_tail)

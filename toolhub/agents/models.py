@@ -112,7 +112,7 @@ class AgentRun(models.Model):
     status = models.CharField(max_length=20, choices=AgentRunStatus.choices, default=AgentRunStatus.QUEUED)
     answer = models.TextField(null=True, blank=True)
     error = models.TextField(blank=True)
-    # Which limit ended the run: max_iterations, time, tokens (or empty).
+    # Which limit ended the run: max_iterations, time, tokens, tool_calls, tools_per_answer (or empty).
     limit = models.CharField(max_length=20, blank=True)
     log = OrderedJSONField(default=list)
     usage = models.JSONField(default=dict)
@@ -123,6 +123,10 @@ class AgentRun(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When its task was last sent to the broker, and how many times: the reaper sends a run
+    # still queued again (its message may be lost), as it does invocations'.
+    sent_at = models.DateTimeField(default=timezone.now)
+    sends = models.PositiveSmallIntegerField(default=1)
 
     class Meta:
         ordering = ["-created_at"]

@@ -16,9 +16,13 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from kombu.exceptions import OperationalError
 
+from toolhub import broker
 from toolhub.agents.client import Client, ModelError
-from toolhub.agents.models import AgentRun, ModelConnection, Use
+from toolhub.agents.models import AgentRun, AgentRunStatus, ModelConnection, Use
 from toolhub.vault.secret_fields import MASK
+
+# The Celery task that runs an agent run (toolhub.agents.tasks.run_agent).
+RUN_TASK = "toolhub.agents.tasks.run_agent"
 
 MAX_NAME = 100
 MAX_URL = 500
@@ -274,22 +278,16 @@ def agent_run_create(
         strategy_revision=revision, tools=chosen, query=query, max_iterations=max_iterations,
     )
     try:
-        _enqueue(str(run.id))
+        send_run(str(run.id))
     except (OperationalError, OSError) as exc:
         AgentRun.objects.filter(pk=run.pk).update(
-            status="failed", error="No worker could take the run (the broker is unavailable).", finished_at=timezone.now()
+            status=AgentRunStatus.FAILED, error="No worker could take the run (the broker is unavailable).", finished_at=timezone.now()
         )
         raise AgentRunRejected(503, [(_("No worker is available right now; try again later."), None)]) from exc
     return run
 
 
-def _enqueue(run_id: str) -> None:
-    """Publish the task, failing fast when the broker cannot be reached (as invocations do)."""
-    from toolhub.agents.tasks import run_agent
-
-    # kombu's pool hands out Connections (its stubs say Producer).
-    with run_agent.app.pool.acquire(block=True) as connection:
-        connection.ensure_connection(  # type: ignore[attr-defined]
-            max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2
-        )
-        run_agent.apply_async((run_id,), retry=False, connection=connection)  # type: ignore[call-arg]
+def send_run(run_id: str) -> None:
+    """Publish the run's task, failing fast when the broker cannot be reached (as invocations
+    do); the reaper's re-sends go through here too."""
+    broker.send(RUN_TASK, run_id)

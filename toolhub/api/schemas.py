@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from toolhub.accounts.clients import MAX_RATE
 from toolhub.agents import services as agents
@@ -64,6 +65,8 @@ class RevisionOut(Schema):
     status: RevisionStatus
     # The admin who approved or rejected it in review (`awaiting_review`), if any.
     reviewed_by: str | None = None
+    # Its tool tests before it could become current: {"status": "none|running|passed|failed|overridden", "run": id}.
+    tests: dict | None = None
 
 
 class ToolkitSummary(Schema):
@@ -85,6 +88,16 @@ class AccessIn(StrictBody):
     use: UseChoice
     groups: list[str] = Field(default_factory=list, max_length=200)
     users: list[str] = Field(default_factory=list, max_length=200)
+
+    @field_validator("groups", "users")
+    @classmethod
+    def _only_for_groups(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        # Names sent with `everyone` or `admins` would be stored and silently do nothing: a
+        # caller who meant "admins and carol" must hear that this is not what it set.
+        use = info.data.get("use")
+        if value and use is not None and use != "groups":
+            raise ValueError(f"{info.field_name} apply only with use: groups; send none with use: {use}.")
+        return value
 
 
 class ToolkitOut(ToolkitSummary):
@@ -109,6 +122,9 @@ class ToolkitList(Schema):
 
 class ValvesIn(StrictBody):
     values: dict[str, Any]
+    # The revision the values were meant for (the toolkit's `revision` as read): when given
+    # and no longer current, nothing is saved (409).
+    revision: int | None = Field(default=None, ge=1, le=2**31 - 1)
 
 
 class ValvesOut(Schema):
@@ -196,7 +212,8 @@ class ReviewList(Schema):
 
 
 class ReviewApproveIn(StrictBody):
-    pass
+    # Needed when its tool tests failed (docs/tool-tests.md): recorded with the approval.
+    reason: str = Field("", max_length=MAX_REASON_CHARS)
 
 
 class ReviewRejectIn(StrictBody):
@@ -294,6 +311,8 @@ class ClientIn(StrictBody):
     acts_for_users: bool = False
     user_header: str = Field(default="X-OpenWebUI-User-Email", max_length=100)
     create_users: bool = False
+    # Only with acts_for_users; even then the credential only calls tools.
+    may_act_for_admins: bool = False
     # Empty: the settings' default; 0 switches the limit off.
     calls_per_minute: int | None = Field(default=None, ge=0, le=MAX_RATE)
     user_calls_per_minute: int | None = Field(default=None, ge=0, le=MAX_RATE)
@@ -305,6 +324,9 @@ class ClientOut(Schema):
     acts_for_users: bool
     user_header: str
     create_users: bool
+    may_act_for_admins: bool
+    # What the credential can reach: the serving surfaces only.
+    scope: list[str]
     calls_per_minute: int | None
     user_calls_per_minute: int | None
     created_at: str
@@ -387,6 +409,11 @@ class ImportEntryOut(Schema):
     tools: int
     error: str | None
     line: int | None
+    # A new revision of a toolkit someone else owns: its owner, and whether it waits for an
+    # admin's review before it serves (imported code is reviewed like an author's upload).
+    owner: str | None = None
+    waits_for_review: bool = False
+    review: str | None = None
 
 
 class ImportOut(Schema):
@@ -399,3 +426,14 @@ class ImportRefusedOut(ErrorOut):
 
     imported: bool = False
     entries: list[ImportEntryOut] = []
+
+
+def _iso_text(value: object) -> object:
+    # pydantic also takes a number of seconds since 1970 for a datetime (`until=0.5`); the
+    # contract is ISO 8601 only.
+    if not isinstance(value, str) or not re.match(r"\d{4}-\d{2}-\d{2}", value):
+        raise ValueError("must be an ISO 8601 date and time, for example 2026-01-31T00:00:00Z")
+    return value
+
+
+IsoDateTime = Annotated[datetime, BeforeValidator(_iso_text)]

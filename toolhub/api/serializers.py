@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-from toolhub.runs.models import Invocation
+from datetime import datetime
+from typing import Any
+
+from toolhub.agents.models import AgentRun, ModelConnection
+from toolhub.packages.models import Package
+from toolhub.runs.models import Event, Invocation
 from toolhub.runs.selectors import events_after
+from toolhub.toolkits import tool_tests
 from toolhub.toolkits.access import access_out
 from toolhub.toolkits.display import resolve, tool_display
-from toolhub.toolkits.models import Toolkit
+from toolhub.toolkits.models import Revision, Toolkit
 from toolhub.toolkits.notices import revision_warnings
 
 
-def _iso(value) -> str | None:
+def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def toolkit_summary(toolkit: Toolkit) -> dict:
+def toolkit_summary(toolkit: Toolkit) -> dict[str, Any]:
     revision = toolkit.current_revision
     return {
         "slug": toolkit.slug,
@@ -26,7 +32,7 @@ def toolkit_summary(toolkit: Toolkit) -> dict:
     }
 
 
-def display_for(toolkit: Toolkit, revision, language: str) -> dict:
+def display_for(toolkit: Toolkit, revision: Revision | None, language: str) -> dict[str, Any]:
     """Display strings resolved for a language: the title, the frontmatter description, and
     each tool's display name and descriptions. LLM-facing strings are never resolved: where a
     tool has no display string, its LLM-facing text is shown as written."""
@@ -56,11 +62,13 @@ def display_for(toolkit: Toolkit, revision, language: str) -> dict:
     }
 
 
-def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
+def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict[str, Any]:
     revision = toolkit.current_revision
-    revisions = toolkit.revisions.select_related("uploaded_by", "reviewed_by").only(
+    revisions = list(toolkit.revisions.select_related("uploaded_by", "reviewed_by").only(
         "number", "sha256", "version", "created_at", "uploaded_by__username", "status", "reviewed_by__username"
-    ).order_by("number")
+    ).order_by("number"))
+    # Each revision's tool tests before it could become current (docs/tool-tests.md).
+    tests = tool_tests.revision_tests([r.pk for r in revisions])
     ready = revision is not None and revision.status == "ready"
     data = toolkit_summary(toolkit)
     data.update(
@@ -75,7 +83,7 @@ def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
         revisions=[
             {"revision": r.number, "sha256": r.sha256, "version": r.version, "created_at": r.created_at.isoformat(),
              "uploaded_by": r.uploaded_by.username, "status": r.status,
-             "reviewed_by": r.reviewed_by.username if r.reviewed_by else None}
+             "reviewed_by": r.reviewed_by.username if r.reviewed_by else None, "tests": tests[r.pk]}
             for r in revisions
         ],
         display=display_for(toolkit, revision, language),
@@ -86,7 +94,7 @@ def toolkit_out(toolkit: Toolkit, *, language: str = "en") -> dict:
     return data
 
 
-def review_out(revision) -> dict:
+def review_out(revision: Revision) -> dict[str, Any]:
     """A revision awaiting review (toolhub.toolkits.selectors.revisions_awaiting_review)."""
     current = revision.toolkit.current_revision
     return {
@@ -102,7 +110,7 @@ def review_out(revision) -> dict:
     }
 
 
-def package_out(package) -> dict:
+def package_out(package: Package) -> dict[str, Any]:
     """A package annotated with `requested_count`, the first of its requests in `shown_requests`."""
     return {
         "name": package.name,
@@ -111,9 +119,9 @@ def package_out(package) -> dict:
         "source_build": package.source_build,
         "requested_by": [
             {"toolkit": r.revision.toolkit.slug, "revision": r.revision.number, "specifier": r.specifier}
-            for r in package.shown_requests
+            for r in package.shown_requests  # type: ignore[attr-defined]
         ],
-        "requested_count": package.requested_count,
+        "requested_count": package.requested_count,  # type: ignore[attr-defined]
         "reviewed_by": package.reviewed_by.username if package.reviewed_by else None,
         "reason": package.reason,
         "index": package_index_out(package),
@@ -125,17 +133,17 @@ _INDEX_FIELDS: dict[str, object] = {"index": "", "version": "", "released": "", 
                  "dependencies": None, "requires": [], "error": ""}
 
 
-def package_index_out(package) -> dict:
+def package_index_out(package: Package) -> dict[str, Any]:
     info = package.index_info if isinstance(package.index_info, dict) else {}
     return {"state": package.index_state, "checked_at": package.index_checked_at,
             **{key: info.get(key, default) for key, default in _INDEX_FIELDS.items()}}
 
 
-def event_out(event) -> dict:
+def event_out(event: Event) -> dict[str, Any]:
     return {"seq": event.seq, "type": event.type, "data": event.data}
 
 
-def invocation_out(invocation: Invocation, *, with_events: bool = True) -> dict:
+def invocation_out(invocation: Invocation, *, with_events: bool = True) -> dict[str, Any]:
     """An invocation with (at most) its first EVENTS_PAGE_MAX events; `events_next_after` is
     the cursor of the rest (GET /invocations/{id}/events?after=), null when they are all here.
     An invocation read with `has_events` (runs.services.wait_for reads it with the row) that
@@ -165,7 +173,7 @@ def invocation_out(invocation: Invocation, *, with_events: bool = True) -> dict:
     }
 
 
-def model_connection_out(connection) -> dict:
+def model_connection_out(connection: ModelConnection) -> dict[str, Any]:
     """A model connection; the key and the headers' values are never part of it."""
     return {
         "id": connection.pk,
@@ -181,7 +189,7 @@ def model_connection_out(connection) -> dict:
     }
 
 
-def agent_run_out(run) -> dict:
+def agent_run_out(run: AgentRun) -> dict[str, Any]:
     return {
         "id": str(run.id),
         "status": run.status,

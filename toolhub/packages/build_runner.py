@@ -43,6 +43,8 @@ class Timeouts:
     # Per network request, and how often pip and uv retry one.
     network_seconds: float = 30
     network_retries: int = 2
+    # Files uv downloads at once: well under the build forwarder's cap on open connections.
+    concurrent_downloads: int = 8
 
 
 class BuildFailed(Exception):
@@ -129,6 +131,7 @@ def tool_env(*, home: Path, timeouts: Timeouts, extra: Mapping[str, str]) -> dic
         "UV_PYTHON_PREFERENCE": "only-system",
         "UV_HTTP_TIMEOUT": f"{max(1, round(timeouts.network_seconds))}",
         "UV_HTTP_RETRIES": retries,
+        "UV_CONCURRENT_DOWNLOADS": str(max(1, timeouts.concurrent_downloads)),
         # Copies, not hardlinks into the cache: the environment stands alone, and opening
         # its permissions cannot change the cache's files.
         "UV_LINK_MODE": "copy",
@@ -280,6 +283,9 @@ _NETWORK_CAUSES = (
     "certificate verify failed",
     "invalid peer certificate",
 )
+# What the build's proxy and forwarder say when a step reached their limits.
+_BYTE_CAP = re.compile(r"egress refused: byte limit reached \((\d+) bytes per invocation\)")
+_CONNECTION_CAP = re.compile(r"ToolHub egress refused(?: \d+ connections)?: more than (\d+) connections open at once")
 _URL = re.compile(r"(?:https?|file)://[^\s`'\")]+")
 _HOST_PORT = re.compile(r"host='([^']+)', port=(\d+)")
 
@@ -299,6 +305,14 @@ def explain_failure(
     lines = list(result.lines)
     text = "\n".join(lines)
 
+    # The build's own caps (toolhub/sandbox/build.py), before the network errors they cause.
+    capped = _BYTE_CAP.search(text)
+    if capped:
+        return f"{tool} stopped at the build's download limit of {_size(int(capped.group(1)))}"
+    opened = _CONNECTION_CAP.search(text)
+    if opened:
+        return f"{tool} opened more than {opened.group(1)} connections at once through the build's egress proxy"
+
     network = [line for line in lines if _NETWORK_ERRORS.search(line)]
     if network:
         fetches = [line for line in lines if "fetch" in line.lower()]
@@ -308,6 +322,12 @@ def explain_failure(
     if hashes or "THESE PACKAGES DO NOT MATCH THE HASHES" in text:
         name = hashes.group(1) if hashes else "a package"
         return f"hash mismatch for {name}: the index serves other files than the lock names"
+
+    # Before the tool's own last words, which name whatever it was writing ("Failed to
+    # install ...") and not why: the host's disk, not the toolkit, needs someone's attention.
+    full = re.search(r"No space left on device|Disk quota exceeded", text)
+    if full:
+        return f"{tool} failed: the disk is full on this host ({full.group(0)})"
 
     build = _explain_build_failure(lines)
     if build:
@@ -333,6 +353,13 @@ def explain_failure(
         if stripped.lower().startswith("error:"):
             return f"{tool} failed: {stripped[6:].strip()}"
     return f"{tool} exited with status {result.returncode}"
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if count >= scale:
+            return f"{round(count / scale, 1):g} {unit}"
+    return f"{count} bytes"
 
 
 def _describe_network_error(lines: list[str], index_url: str | None) -> str:

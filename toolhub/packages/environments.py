@@ -43,13 +43,21 @@ def source_build_names() -> tuple[str, ...]:
 
 def build_sandbox() -> BuildSandbox:
     """Every lock and install runs in this (toolhub.sandbox.build); there is no way around it."""
-    return BuildSandbox(user=settings.TOOLHUB_BUILD_USER, bwrap=settings.TOOLHUB_BWRAP)
+    return BuildSandbox(
+        user=settings.TOOLHUB_BUILD_USER,
+        bwrap=settings.TOOLHUB_BWRAP,
+        max_download_bytes=settings.TOOLHUB_BUILD_MAX_DOWNLOAD_BYTES,
+    )
 
 
 def timeouts(total_seconds: float | None = None) -> envlib.Timeouts:
     """The build limits from settings; `total_seconds` is what is left of a build's budget."""
     total = settings.TOOLHUB_BUILD_TIMEOUT if total_seconds is None else total_seconds
-    return envlib.Timeouts(total_seconds=total, silence_seconds=settings.TOOLHUB_BUILD_SILENCE_TIMEOUT)
+    return envlib.Timeouts(
+        total_seconds=total,
+        silence_seconds=settings.TOOLHUB_BUILD_SILENCE_TIMEOUT,
+        concurrent_downloads=settings.TOOLHUB_BUILD_CONCURRENT_DOWNLOADS,
+    )
 
 
 def environments_root() -> Path:

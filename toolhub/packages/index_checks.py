@@ -12,13 +12,13 @@ import sys
 from collections.abc import Iterable
 from datetime import timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 from packaging.utils import canonicalize_name
 
+from toolhub import broker
 from toolhub.packages import index_client
 from toolhub.packages.models import IndexState, Package
 
@@ -38,6 +38,16 @@ def enabled() -> bool:
 
 def indexes() -> list[str]:
     return [settings.TOOLHUB_INDEX_URL or PYPI, *settings.TOOLHUB_EXTRA_INDEX_URLS]
+
+
+def local_places() -> list[str]:
+    """The wheelhouses and file:// indexes builds read, which may be read at upload time too
+    (toolhub.packages.top_level): the network is never asked while a page waits."""
+    places = [*settings.TOOLHUB_FIND_LINKS]
+    if settings.TOOLHUB_INDEX_URL:
+        places.append(settings.TOOLHUB_INDEX_URL)
+    places.extend(settings.TOOLHUB_EXTRA_INDEX_URLS)
+    return places
 
 
 def target_python() -> tuple[int, int]:
@@ -99,14 +109,15 @@ def queue_checks_for(names: Iterable[str]) -> None:
 
 
 def _send(names: list[str]) -> None:
-    try:
-        # Fail fast: a page that queues checks must not wait for a broker that is down.
-        with current_app.pool.acquire(block=True) as connection:
-            connection.ensure_connection(  # type: ignore[attr-defined]
-                max_retries=1, interval_start=0, interval_step=0.2, interval_max=0.2
+    """Send a check for each name; at the first refusal of the broker the names not sent go
+    back to unchecked (a page asks for them again), and nothing waits on kombu's retries."""
+    for sent, name in enumerate(names):
+        try:
+            broker.send(CHECK_TASK, name)
+        except (BrokerError, OSError) as exc:
+            unsent = names[sent:]
+            logger.error("could not queue index checks for %s: %s", ", ".join(unsent), exc)
+            Package.objects.filter(name__in=unsent, index_state=IndexState.CHECKING).update(
+                index_state=IndexState.UNCHECKED
             )
-            for name in names:
-                current_app.send_task(CHECK_TASK, args=[name], retry=False, connection=connection)  # type: ignore[arg-type]
-    except (BrokerError, OSError) as exc:
-        logger.error("could not queue index checks for %s: %s", ", ".join(names), exc)
-        Package.objects.filter(name__in=names, index_state=IndexState.CHECKING).update(index_state=IndexState.UNCHECKED)
+            return

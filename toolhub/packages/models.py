@@ -62,6 +62,9 @@ class PackageRequest(models.Model):
     # Set when the name was inferred from an import the toolkit does not declare.
     import_name = models.CharField(max_length=200, blank=True)
     import_line = models.PositiveIntegerField(null=True, blank=True)
+    # The import is guarded by `try`/`except ImportError`: the toolkit loads without the
+    # package, so the request holds nothing back; approved, it goes into the next build.
+    optional = models.BooleanField(default=False)
 
     class Meta:
         constraints = [

@@ -14,7 +14,7 @@ def packages_with_requests(*, status: str | None = None, requests_shown: int) ->
     their requests are in `shown_requests`."""
     requests = (
         PackageRequest.objects.select_related("revision__toolkit")
-        .only("package_id", "specifier", "transitive", "import_name", "import_line",
+        .only("package_id", "specifier", "transitive", "import_name", "import_line", "optional",
               "revision__number", "revision__toolkit__slug")
         .order_by("revision__toolkit__slug", "revision__number")
     )

@@ -15,6 +15,7 @@ from django.utils.translation import ngettext
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidName, canonicalize_name
 
+from toolhub.packages import index_checks
 from toolhub.packages.models import Approval, Decision, ImportMapping, IndexState, Package, PackageRequest
 
 # The reason for a rejection is shown to every author who asked; 2,000 characters is plenty.
@@ -45,6 +46,13 @@ class NotOnIndex(InvalidDecision):
     field = "name"
 
 
+class IndexNotAnswered(InvalidDecision):
+    """An approval of a name whose index check has not answered yet, not confirmed as meant:
+    the admin would approve an unknown name without the warning."""
+
+    field = "name"
+
+
 def normalise(name: str) -> str:
     return canonicalize_name(name)
 
@@ -63,16 +71,18 @@ def validate_name(name: str) -> str:
 
 def requests_record(
     *, revision_id: int, wanted: dict[str, str], transitive: dict[str, str],
-    inferred: dict[str, tuple[str, int]] | None = None,
+    inferred: dict[str, tuple[str, int]] | None = None, optional: Iterable[str] = (),
 ) -> None:
     """Record which packages a revision asks for: `wanted` from its requirements and
     `transitive` found only in its lock (name -> specifier); `inferred` marks the wanted
-    names that come from an import rather than `requirements:` (name -> (module, line)). Call inside the transaction
+    names that come from an import rather than `requirements:` (name -> (module, line)), and
+    `optional` those of imports the toolkit can do without. Call inside the transaction
     that then evaluates the revision: the package rows are locked, in name order, before
     their status is read, so a decision committing meanwhile either sees these requests or
     is seen by the evaluation."""
     wanted = {normalise(n): s for n, s in wanted.items()}
     sites = {normalise(n): site for n, site in (inferred or {}).items()}
+    optional = {normalise(n) for n in optional}
     transitive = {n: s for n, s in ((normalise(n), s) for n, s in transitive.items()) if n not in wanted}
     names = sorted({*wanted, *transitive})
     if not names:
@@ -90,18 +100,20 @@ def requests_record(
                 transitive=package.name in transitive,
                 import_name=sites[package.name][0] if package.name in sites else "",
                 import_line=sites[package.name][1] if package.name in sites else None,
+                optional=package.name in optional,
             )
             for package in packages
         ],
         update_conflicts=True, unique_fields=["package", "revision"],
-        update_fields=["specifier", "transitive", "import_name", "import_line"],
+        update_fields=["specifier", "transitive", "import_name", "import_line", "optional"],
     )
 
 
 def request_decisions(*, revision_id: int) -> tuple[list[tuple[str, str]], list[str]]:
     """The packages holding a revision back: (rejected names with their reasons, pending
     names), each sorted. Names found only in a lock count while TOOLHUB_APPROVE_TRANSITIVE is on."""
-    requests = PackageRequest.objects.filter(revision_id=revision_id)
+    # An optional package never holds a revision back, whatever was decided about it.
+    requests = PackageRequest.objects.filter(revision_id=revision_id, optional=False)
     if not settings.TOOLHUB_APPROVE_TRANSITIVE:
         # Names found only in a lock hold nothing back once the setting is off again.
         requests = requests.filter(transitive=False)
@@ -201,7 +213,31 @@ def clean_approval(*, names: Iterable[str], constraint: str = "", unknown_confir
             "%(names)s are not on the package index; confirm that you approve them anyway to approve them.",
             len(unknown),
         ) % {"names": ", ".join(unknown)})
+    _require_index_answers(cleaned, confirmed)
     return cleaned, constraint
+
+
+def _require_index_answers(names: list[str], confirmed: set[str]) -> None:
+    """Refuse to approve a name the index check has not answered about yet (the check is
+    asked for again when no worker is on it), unless confirmed: an unknown name must not be
+    approved without its warning just because the admin was quicker than the check."""
+    if not index_checks.enabled():
+        return
+    rows = list(
+        Package.objects.filter(name__in=names, index_state__in=[IndexState.UNCHECKED, IndexState.CHECKING])
+        .exclude(name__in=confirmed).only("name", "index_state", "index_requested_at", "index_checked_at")
+    )
+    if not rows:
+        return
+    index_checks.queue_checks(rows)
+    waiting = sorted(package.name for package in rows)
+    raise IndexNotAnswered(ngettext(
+        "The package index has not answered about %(names)s yet; approve again in a moment, or confirm that you"
+        " approve it without waiting.",
+        "The package index has not answered about %(names)s yet; approve again in a moment, or confirm that you"
+        " approve them without waiting.",
+        len(waiting),
+    ) % {"names": ", ".join(waiting)})
 
 
 def clean_rejection(*, names: Iterable[str], reason: str) -> tuple[list[str], str]:

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import cast
 
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, Model
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
@@ -22,11 +22,11 @@ from toolhub import dbretry
 from toolhub.heartbeat import Beat
 from toolhub.packages import envbuild as envlib
 from toolhub.runs import notify, queue
-from toolhub.runs.models import BUSY, FINISHED, Event, Invocation, RunStatus
+from toolhub.runs.models import BUSY, FINISHED, Event, Invocation, RunStatus, Surface
 from toolhub.runs.selectors import parse_invocation_id
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox.limits import StopRun
-from toolhub.toolkits import sandboxing
+from toolhub.toolkits import sandboxing, tool_tests
 from toolhub.toolkits.building import revision_environment
 from toolhub.toolkits.models import Revision
 from toolhub.toolkits.valves import admin_values_for_run, load_values, schema_secrets
@@ -207,7 +207,8 @@ class Recorder:
             waited = round(time.monotonic() - started)
             self._store("call_timeout", {"call": event, "seconds": waited}, counted=False)
             return {"kind": "call_result", "call_id": call_id, "error": "timed out waiting for an answer"}
-        self._store("call_answered", {"call": event}, counted=False)
+        declined = answer.get("declined")
+        self._store("call_answered", {"call": event, **({"declined": str(declined)[:500]} if declined else {})}, counted=False)
         return {"kind": "call_result", "call_id": call_id, "value": answer.get("value")}
 
 
@@ -249,13 +250,14 @@ def run_next(woken_by: str) -> None:
     """What a worker does with an invocation's broker message. The message only says that work
     was queued: the worker runs the fairest queued invocation (fairest_queued), which is the
     message's own one unless another user has waited longer, so one user's flood of messages
-    does not hold up everyone else's runs. Each invocation is queued with one message and each
-    message runs at most one invocation, so every queued invocation is run; a message with
-    nothing left to run (its invocation was run for another's message, or cancelled) is done.
-    A message delivered again after its worker died mid-run first ends that run, as the reaper
-    would (tools may have side effects, so it is never run twice); one running with a fresh
-    heartbeat is left alone. The message is sent just before its row is stored, so a take that
-    finds nothing looks again while the row may still come (_RowPatience)."""
+    does not hold up everyone else's runs. Each invocation is queued with one message, and a
+    message is done only when its own invocation is no longer queued (run, for this message or
+    another's, or cancelled): a message that ran another's invocation takes again while its
+    own still waits, so every queued invocation is run. A message delivered again after its
+    worker died mid-run first ends that run, as the reaper would (tools may have side effects,
+    so it is never run twice); one running with a fresh heartbeat is left alone. The message is
+    sent just before its row is stored, so a take that finds nothing looks again while the row
+    may still come (_RowPatience)."""
     woken = parse_invocation_id(woken_by)
     own = _RowPatience(woken)
     # The call's sandbox process is forked while the invocation is taken (most calls need the
@@ -265,15 +267,24 @@ def run_next(woken_by: str) -> None:
             taken = _take(woken)
             if taken.abandoned:
                 notify.publish(woken)
+            # The message's own run was ended if it had been abandoned; only once.
+            woken = None
             if taken.invocation is not None:
                 _execute(taken.invocation)
+                if own.is_run_by(taken.invocation.pk):
+                    return
+                # Another's invocation, taken while this message's own one was not stored yet
+                # (its own message then finds nothing left): take again while the own one waits.
+                if own.waits():
+                    continue
+                own.log_if_given_up(woken_by)
                 return
             if taken.chosen is None:
                 if own.still_to_come():
                     continue
+                own.log_if_given_up(woken_by)
                 return
             # Another worker claimed it first: choose again.
-            woken = None
 
 
 # A message is sent just before its invocation's row is stored (services.invocation_create),
@@ -282,31 +293,82 @@ ROW_PATIENCE_SECONDS = 5.0
 
 
 class _RowPatience:
-    """Whether a take that found nothing to run should look again because the message's own
-    invocation may still appear: its row did not exist (the web process is storing it), so
-    look again after a pause that grows from 1 ms, for ROW_PATIENCE_SECONDS at most; or it
-    exists now but did not when the take looked, so look once more. A row that never comes (its
-    INSERT failed) is given up on."""
+    """Whether a message whose take found nothing to run should look again because its own
+    invocation is still to be run: its row does not exist yet (the web process is storing it)
+    or it is still queued (stored after the take looked: the first time, look again at once).
+    Otherwise each look comes after a pause that grows from 1 ms, for ROW_PATIENCE_SECONDS at
+    most from the message's start. A row that never comes (its INSERT failed) is given up on;
+    one that is running or ended needs nothing more."""
 
     def __init__(self, invocation_id) -> None:
         self._id = invocation_id
-        self._deadline: float | None = None
+        self._deadline = time.monotonic() + ROW_PATIENCE_SECONDS
         self._pause = 0.001
+        self._seen_queued = False
+        self.gave_up = False
+
+    def is_run_by(self, taken_id) -> bool:
+        """Whether running `taken_id` was this message's whole work: it was its own invocation
+        (or the message named none)."""
+        if self._id is None or taken_id == self._id:
+            self._id = None
+            return True
+        return False
+
+    def _state(self) -> str | None:
+        """"absent", "queued", or None when nothing is left for the message (its invocation
+        is running or ended, or is a call the queue never takes: an agent run's or a tool
+        test's, run by the worker of that run)."""
+        row = dbretry.write(
+            lambda: Invocation.objects.filter(pk=self._id).values_list("status", "surface").first(),
+            what=f"looking for invocation {self._id}",
+        )
+        if row is None:
+            return "absent"
+        if row[0] != RunStatus.QUEUED or row[1] in queue.UNQUEUED_SURFACES:
+            self._id = None
+            return None
+        return "queued"
+
+    def _in_time(self, state: str, now: float) -> bool:
+        if now < self._deadline:
+            return True
+        self.gave_up = state == "absent"
+        return False
+
+    def waits(self) -> bool:
+        """After running another's invocation: whether the message's own one is still to be
+        run (queued, or not stored yet and the patience not spent). The patience counts from
+        the message's start, so a message whose row never comes does not keep a worker
+        process taking others' calls while they come."""
+        if self._id is None:
+            return False
+        state = self._state()
+        return state == "queued" or (state == "absent" and self._in_time(state, time.monotonic()))
 
     def still_to_come(self) -> bool:
+        """After a take that found nothing: whether to take again, after a pause while the row
+        is not stored yet, at once the first time it is found queued."""
         if self._id is None:
             return False
         now = time.monotonic()
-        if self._deadline is None:
-            self._deadline = now + ROW_PATIENCE_SECONDS
-        if dbretry.write(lambda: Invocation.objects.filter(pk=self._id).exists(), what=f"looking for invocation {self._id}"):
-            self._id = None
+        state = self._state()
+        if state is None:
+            return False
+        if state == "queued" and not self._seen_queued:
+            # Stored after the take looked: take again at once, whatever the time (a pause
+            # here, grown while the row was awaited, would cost the call up to 50 ms).
+            self._seen_queued = True
             return True
-        if now >= self._deadline:
+        if not self._in_time(state, now):
             return False
         time.sleep(min(self._pause, self._deadline - now))
         self._pause = min(self._pause * 2, 0.05)
         return True
+
+    def log_if_given_up(self, woken_by: str) -> None:
+        if self.gave_up:
+            logger.warning("no row for invocation %s came within %.0f s of its message", woken_by, ROW_PATIENCE_SECONDS)
 
 
 def _take(woken) -> queue.Taken:
@@ -426,7 +488,9 @@ def _execute(invocation: Invocation) -> None:
                     what=f"the egress report of invocation {invocation.pk}",
                 )
     except envlib.BuildFailed as exc:
-        _finish(invocation, RunStatus.FAILED, error=f"The toolkit's environment could not be built: {exc.reason}")
+        # Environments are built per host (from the stored lock): name the host that could not.
+        host = settings.TOOLHUB_HOST_NAME
+        _finish(invocation, RunStatus.FAILED, error=f"The toolkit's environment could not be built on {host}: {exc.reason}")
         return
     except sandboxlib.SandboxUnavailable as exc:
         _finish(invocation, RunStatus.FAILED, error=str(exc))
@@ -485,7 +549,7 @@ def _invoke_request(invocation: Invocation) -> dict:
         "tool": invocation.tool,
         "arguments": invocation.arguments,
         "valves": admin_values_for_run(toolkit=invocation.toolkit, revision=revision) if revision.valves_schema else None,
-        "user_valves": load_values(toolkit=invocation.toolkit, user=user) if revision.user_valves_schema else None,
+        "user_valves": _user_valves(invocation) if revision.user_valves_schema else None,
         "user": {"id": str(user.pk), "name": user.get_full_name() or user.username, "email": user.email,
                  "role": "admin" if user.is_staff else "user"},
         "metadata": {"toolkit": invocation.toolkit.slug, "revision": revision.number, "invocation": str(invocation.id)},
@@ -496,6 +560,16 @@ def _invoke_request(invocation: Invocation) -> dict:
         "id": invocation.toolkit.slug,
         "call_timeout": settings.TOOLHUB_EVENT_CALL_TIMEOUT,
     }
+
+
+def _user_valves(invocation: Invocation) -> dict:
+    """The invoker's UserValves; for a saved tool test's call, the test's own when it has some
+    (docs/tool-tests.md)."""
+    if invocation.surface == Surface.TEST:
+        saved = tool_tests.saved_user_valves(invocation.pk)
+        if saved is not None:
+            return saved
+    return load_values(toolkit=invocation.toolkit, user=invocation.user)
 
 
 def _finish(invocation: Invocation, status: str, *, events: int | None = None, **fields) -> None:
@@ -543,17 +617,27 @@ def resend_queued_invocations(send: Callable[[str], None]) -> int:
     A message that was not lost is then one too many, which is harmless: a message wakes a
     worker for the fairest queued invocation (run_next), and one that finds none is done; a
     second delivery for a running invocation leaves it alone. Returns how many were sent."""
+    return resend_queued(Invocation, RunStatus.QUEUED, send, batch=RESEND_BATCH, what="invocation")
+
+
+def resend_queued(model: type[Model], queued_status: str, send: Callable[[str], None], *, batch: int, what: str) -> int:
+    """The re-send rule of every kind of queued work with a `sends` count and a `sent_at`
+    (invocations here, agent runs in toolhub.agents.upkeep): the oldest `batch` rows of `model`
+    still in `queued_status` TOOLHUB_RESEND_AFTER_SECONDS after their last send, sent at most
+    TOOLHUB_RESEND_MAX times, are counted and sent again; a broker that refuses ends the pass
+    (the next one tries again). Returns how many were sent."""
     now = timezone.now()
-    queued = Invocation.objects.filter(
-        status=RunStatus.QUEUED, sends__lte=settings.TOOLHUB_RESEND_MAX,
+    rows = model._default_manager
+    queued = rows.filter(
+        status=queued_status, sends__lte=settings.TOOLHUB_RESEND_MAX,
         sent_at__lt=now - timedelta(seconds=settings.TOOLHUB_RESEND_AFTER_SECONDS),
     )
-    ids = [str(pk) for pk in queued.order_by("created_at").values_list("pk", flat=True)[:RESEND_BATCH]]
-    Invocation.objects.filter(pk__in=ids, status=RunStatus.QUEUED).update(sent_at=now, sends=F("sends") + 1)
-    for n, invocation_id in enumerate(ids):
+    ids = [str(pk) for pk in queued.order_by("created_at").values_list("pk", flat=True)[:batch]]
+    rows.filter(pk__in=ids, status=queued_status).update(sent_at=now, sends=F("sends") + 1)
+    for n, pk in enumerate(ids):
         try:
-            send(invocation_id)
+            send(pk)
         except (BrokerError, OSError) as exc:
-            logger.error("could not send invocation %s again (%s); the next pass tries again", invocation_id, exc)
+            logger.error("could not send %s %s again (%s); the next pass tries again", what, pk, exc)
             return n
     return len(ids)

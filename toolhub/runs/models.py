@@ -10,6 +10,9 @@ from django.utils.translation import gettext_lazy as _
 
 from toolhub.toolkits.fields import OrderedJSONField
 
+# The start of the error a cancelled run ends with (runs.services.invocation_cancel).
+CANCELLED_PREFIX = "Cancelled by "
+
 
 class RunStatus(models.TextChoices):
     QUEUED = "queued", _("Queued")
@@ -28,6 +31,8 @@ class Surface(models.TextChoices):
     OPENAPI = "openapi", _("OpenAPI tool server")
     PAGE = "page", _("Test run")
     AGENT = "agent", _("Agent run")
+    # A saved tool test's call (toolhub.runs.tool_tests), run by its test run's own worker.
+    TEST = "test", _("Tool test")
 
 
 FINISHED = {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT}
@@ -89,10 +94,30 @@ class Invocation(models.Model):
             models.Index(fields=["client", "created_at"]), models.Index(fields=["user", "surface", "created_at"]),
             # The fair queue looks up when each waiting user was last served (engine.fairest_queued).
             models.Index(fields=["user", "started_at"]),
+            # Pages of the history, "My runs" and GET /api/v1/invocations, newest first
+            # (selectors.invocations_page): read in index order from the cursor on, at any depth.
+            models.Index(fields=["created_at", "id"], name="invocation_created_id"),
+            models.Index(fields=["user", "created_at", "id"], name="invocation_user_created_id"),
+            # The usage rollup folds what finished since its watermark, and a toolkit's
+            # Overview lists its latest errors (toolhub.usage). Partial: an insert (finished_at
+            # is empty) writes neither, and a success never enters the second.
+            models.Index(fields=["finished_at"], name="invocation_finished", condition=models.Q(finished_at__isnull=False)),
+            models.Index(
+                fields=["toolkit", "-finished_at"], name="invocation_failed",
+                condition=models.Q(status__in=["failed", "timed_out"]),
+            ),
         ]
 
     def get_absolute_url(self) -> str:
         return reverse("invocation_detail", args=[self.id])
+
+    @property
+    def shown_status(self) -> str:
+        """The status a page shows: a run someone cancelled ended as failed (the API's
+        contract), but is shown as "cancelled", not as a failure of the tool."""
+        if self.status == RunStatus.FAILED and (self.error or "").startswith(CANCELLED_PREFIX):
+            return "cancelled"
+        return self.status
 
     @property
     def is_finished(self) -> bool:

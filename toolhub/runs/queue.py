@@ -49,7 +49,7 @@ def _fair_ctes() -> str:
     return f"""
         queued AS (
             SELECT {pk} AS id, {user} AS user_id, {created} AS created_at FROM {inv}
-            WHERE {status} = %s AND {surface} <> %s
+            WHERE {status} = %s AND {surface} NOT IN (%s, %s)
         ), busy AS (
             SELECT {user} AS user_id, COUNT(*) AS n FROM {inv} WHERE {status} IN ({marks(BUSY)}) GROUP BY {user}
         ), waiting AS (
@@ -67,8 +67,12 @@ def _fair_ctes() -> str:
         )"""
 
 
+# Agent runs' and tool tests' calls are run by the worker of their run, never taken here.
+UNQUEUED_SURFACES = (Surface.AGENT, Surface.TEST)
+
+
 def _fair_params() -> list[Any]:
-    return [RunStatus.QUEUED.value, Surface.AGENT.value, *(status.value for status in BUSY)]
+    return [RunStatus.QUEUED.value, *(surface.value for surface in UNQUEUED_SURFACES), *(status.value for status in BUSY)]
 
 
 @cache

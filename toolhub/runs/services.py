@@ -18,7 +18,7 @@ from kombu.exceptions import OperationalError
 from toolhub import broker, dbretry, plainsql
 from toolhub.accounts.models import ClientCredential
 from toolhub.runs import notify
-from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus, Surface
+from toolhub.runs.models import CANCELLED_PREFIX, FINISHED, Event, Invocation, RunStatus, Surface
 from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Revision, Status, Toolkit
@@ -115,12 +115,13 @@ def not_ready_reason(toolkit: Toolkit) -> str:
 
 def invocation_create(
     *, toolkit: Toolkit, tool: str, arguments: object, user: User, messages: object = None, files: object = None,
-    client: ClientCredential | None = None, surface: str = Surface.API, listen: bool = False,
+    client: ClientCredential | None = None, surface: str = Surface.API, listen: bool = False, enqueue: bool = True,
 ) -> Invocation:
     """Queue a call of `tool`. With `listen`, for a caller that waits for the end (wait_for,
     serving.calls.follow): the invocation's notices are subscribed to before its row exists
     (notify.listen), and the subscription is the returned invocation's `listener` until a
-    wait uses it."""
+    wait uses it. Without `enqueue` the row is stored and no task is sent: the caller runs it
+    in its own worker (an agent run's tool calls, runs.engine.run)."""
     revision = toolkit.current_revision
     if revision is None or revision.status != Status.READY:
         raise InvocationRejected(409, [(not_ready_reason(toolkit), None)])
@@ -135,6 +136,9 @@ def invocation_create(
         toolkit=toolkit, revision=revision, tool=tool, arguments=arguments, user=user,
         messages=messages or [], files=files or [], client=client, surface=surface,
     )
+    if not enqueue:
+        invocation.save(force_insert=True)
+        return invocation
     listener = notify.listen(invocation.id) if listen else None
     # The task is sent before the row is stored: the worker's way to the run (the broker,
     # Celery, its process, the sandbox process forked ahead) then overlaps the INSERT and its
@@ -240,10 +244,15 @@ def _wait_read(vendor: str) -> tuple[str, plainsql.Converters]:
     return sql, plainsql.converters(Invocation, "i", WAIT_FIELDS)
 
 
-def invocation_respond(*, invocation: Invocation, value: object) -> None:
+def invocation_respond(*, invocation: Invocation, value: object, declined: str = "") -> None:
+    """Answer the question an invocation waits on. `declined` says why no real answer came (the
+    value is then the no-answer value); the run's events record it."""
+    answer: dict[str, Any] = {"value": value}
+    if declined:
+        answer["declined"] = declined[:500]
     updated = Invocation.objects.filter(
         pk=invocation.pk, status=RunStatus.AWAITING_INPUT, call_answer__isnull=True
-    ).update(call_answer={"value": value})
+    ).update(call_answer=answer)
     if not updated:
         raise InvocationRejected(409, [(_("The invocation is not waiting for an answer."), None)])
 
@@ -265,7 +274,7 @@ def invocation_cancel(*, invocation: Invocation, by: User) -> Invocation:
         .exclude(status__in=list(FINISHED))
         .update(
             status=RunStatus.FAILED,
-            error=f"Cancelled by {by.get_username()}.",
+            error=f"{CANCELLED_PREFIX}{by.get_username()}.",
             finished_at=timezone.now(),
             pending_call=None,
         )

@@ -6,24 +6,25 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import number_format
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from toolhub import keyset
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import can_manage_toolkit, is_admin
-from toolhub.runs import rendering, selectors, services
+from toolhub.runs import injected, rendering, selectors, services
 from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.runs.selectors import get_invocation_for_user, parse_invocation_id
-from toolhub.toolkits import schema_forms
+from toolhub.toolkits import schema_forms, tool_tests
 from toolhub.toolkits.display import safe_link, tool_display
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user
-from toolhub.toolkits.views import detail_context
+from toolhub.toolkits.views.toolkit import detail_context
 from toolhub.vault.secret_fields import follow_local_ref
 
 HISTORY_PAGE = 25
@@ -39,6 +40,7 @@ def _tool_forms(revision, *, data=None, errors_for=None, values_for=None, only: 
     parameter table shows each parameter's display description (a RAGFlow
     `displayDescription`, `$t:` keys resolved in the page's language) where it has one."""
     displays = tool_display(revision=revision, toolkit=toolkit or getattr(revision, "toolkit", None)) if revision else {}
+    inputs = injected.chat_inputs(revision)
     tools = []
     for spec in (revision.tools if revision else []) or []:
         function = spec.get("function", {})
@@ -66,6 +68,8 @@ def _tool_forms(revision, *, data=None, errors_for=None, values_for=None, only: 
             "files_errors": errors.get("__files__", []),
             "messages_raw": shown.get(f"{prefix}__messages__", "") if shown is not None else "",
             "files_raw": shown.get(f"{prefix}__files__", "") if shown is not None else "",
+            "takes_messages": "__messages__" in inputs.get(name, ()),
+            "takes_files": "__files__" in inputs.get(name, ()),
         })
     return tools
 
@@ -205,8 +209,10 @@ def tool_run(request: AuthenticatedHttpRequest, slug: str, tool: str) -> HttpRes
             if field not in errors:
                 errors.setdefault(field or "__all__", []).append(message)
     advanced: dict = {}
+    taken = injected.chat_inputs(revision).get(tool, frozenset())
     for key in ("messages", "files"):
-        raw = request.POST.get(f"{tool}____{key}__", "").strip()
+        # Only what the tool takes: the form offers nothing else, and anything else sent is dropped.
+        raw = request.POST.get(f"{tool}____{key}__", "").strip() if f"__{key}__" in taken else ""
         if raw:
             try:
                 advanced[key] = json.loads(raw)
@@ -286,6 +292,8 @@ def _invocation_context(request: HttpRequest, invocation: Invocation, *, before:
         "current_status": statuses[-1] if statuses else None,
         "message_text": message_text,
         "message_html": rendering.render_markdown(message_text) if message_text else "",
+        # A question's message is Markdown too (Open WebUI renders it): sanitised like a message.
+        "ask_message_html": _ask_message(invocation),
         "result_tree": result_tree,
         "citations": citations,
         "notifications": notifications,
@@ -297,6 +305,8 @@ def _invocation_context(request: HttpRequest, invocation: Invocation, *, before:
         # Only the invoker answers; an admin looking on sees the question without the form.
         "can_respond": invocation.user_id == request.user.pk,
         "can_cancel": services.can_cancel(invocation=invocation, user=request.user),
+        # "Save as test" (docs/tool-tests.md): a finished run, for the toolkit's owner and admins.
+        "can_save_test": invocation.is_finished and can_manage_toolkit(request.user, invocation.toolkit),
         # The launcher reports kilobytes; filesizeformat wants bytes.
         "max_rss_bytes": invocation.max_rss_kb * 1024 if invocation.max_rss_kb else None,
         "live": not invocation.is_finished,
@@ -306,7 +316,8 @@ def _invocation_context(request: HttpRequest, invocation: Invocation, *, before:
         "earlier_url": f"{invocation.get_absolute_url()}?before={events[0].seq}" if earlier and events else "",
         "latest_url": invocation.get_absolute_url() if before is not None else "",
         "elapsed_ms": elapsed_ms,
-        "elapsed_seconds": f"{elapsed_ms / 1000:.1f}" if elapsed_ms is not None else "",
+        # In the language's own decimal style ("1,5 s" in French), like every other number.
+        "elapsed_seconds": number_format(elapsed_ms / 1000, 1) if elapsed_ms is not None else "",
     }
 
 
@@ -401,6 +412,12 @@ def invocation_live(request: AuthenticatedHttpRequest, invocation_id) -> HttpRes
     return render(request, "runs/_live.html", _invocation_context(request, invocation))
 
 
+def _ask_message(invocation: Invocation) -> str:
+    data = (invocation.pending_call or {}).get("data")
+    message = data.get("message") if isinstance(data, dict) else None
+    return rendering.render_markdown(message) if isinstance(message, str) and message else ""
+
+
 @login_required
 @require_POST
 def invocation_respond(request: AuthenticatedHttpRequest, invocation_id) -> HttpResponse:
@@ -466,5 +483,38 @@ def invocation_history(request: AuthenticatedHttpRequest) -> HttpResponse:
     qs = selectors.invocations_history(**filters)
     if mine:
         qs = qs.filter(user=request.user)
-    page = Paginator(qs, HISTORY_PAGE).get_page(request.GET.get("page"))
-    return render(request, "runs/history.html", {"page": page, "filters": filters, "statuses": RunStatus.choices, "mine": mine})
+    # Keyset pages (selectors.invocations_page): bounded time at any depth, where a page number
+    # made PostgreSQL count every matching run and skip all those before the page. A cursor
+    # that is not ours shows the newest runs, as a bad page number did.
+    try:
+        after, backward = selectors.parse_invocation_cursor(request.GET.get("cursor", "")[: keyset.MAX_CURSOR_CHARS + 1])
+    except keyset.BadCursor:
+        after, backward = None, False
+    rows, more = selectors.invocations_page(qs, after=after, backward=backward, limit=HISTORY_PAGE)
+    kept = {name: value for name, value in filters.items() if value}
+    older = newer = None
+    if rows and (more or backward):
+        older = "?" + urlencode({**kept, "cursor": selectors.invocation_cursor(rows[-1])})
+    if rows and after is not None and (more or not backward):
+        newer = "?" + urlencode({**kept, "cursor": selectors.invocation_cursor(rows[0], backward=True)})
+    return render(request, "runs/history.html", {
+        "invocations": rows, "older": older, "newer": newer, "filters": filters, "statuses": RunStatus.choices,
+        "mine": mine,
+    })
+
+
+@login_required
+@require_POST
+def invocation_save_as_test(request: AuthenticatedHttpRequest, invocation_id) -> HttpResponse:
+    """A finished run becomes a saved test of its toolkit: its tool and arguments, and a check
+    that it returns the same again (toolhub.toolkits.tool_tests.tool_test_from_invocation)."""
+    invocation = get_invocation_for_user(user=request.user, invocation_id=invocation_id)
+    if not can_manage_toolkit(request.user, invocation.toolkit):
+        raise PermissionDenied(_("Only the toolkit's owner and admins may see and change its tests."))
+    try:
+        test = tool_tests.tool_test_from_invocation(invocation=invocation, by=request.user)
+    except tool_tests.ToolTestRefused as exc:
+        messages.error(request, exc.message)
+        return redirect(invocation)
+    messages.success(request, _("Test %(name)s saved.") % {"name": test.name})
+    return redirect("toolkit_tests", slug=invocation.toolkit.slug)

@@ -115,6 +115,8 @@ class EgressForwarder:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # Connections refused for the cap on open ones (a build step's tool may not say why).
+        self.refused_for_cap = 0
 
     @property
     def port(self) -> int:
@@ -183,6 +185,7 @@ class EgressForwarder:
         sending: asyncio.Future[None] | None = None
         try:
             if len(self._tasks) > MAX_CONNECTIONS:
+                self.refused_for_cap += 1
                 message = f"ToolHub egress refused: more than {MAX_CONNECTIONS} connections open at once"
                 client_writer.write(_error_response(503, message))
                 await client_writer.drain()
@@ -379,6 +382,14 @@ def main(args: Sequence[str]) -> int:
         return subprocess.call(command, env=env | proxy_environment(forwarder.proxy_url))
     finally:
         forwarder.stop()
+        if forwarder.refused_for_cap:
+            # Into the step's output, where the build's failure is explained from.
+            print(
+                f"ToolHub egress refused {forwarder.refused_for_cap} connections: more than {MAX_CONNECTIONS}"
+                " connections open at once",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -134,8 +134,23 @@ def introspect(source_path: str) -> dict[str, Any]:
 
 
 def ragflow_spec(metadata: dict[str, Any]) -> dict[str, Any]:
-    """The OpenAI function spec RAGFlow itself derives from a plugin's metadata."""
+    """The OpenAI function spec RAGFlow itself derives from a plugin's metadata.
+
+    A parameter without `required` is optional here; RAGFlow's converter reads `p["required"]`
+    and fails on such a plugin (see docs/compatibility.md). The oldest RAGFlow plugins give
+    `parameters` as a JSON schema (`{"type": "object", "properties": ...}`), which RAGFlow
+    then passed on as it was, and so does this.
+    """
     parameters = metadata.get("parameters") or {}
+    if parameters.get("type") == "object" and isinstance(parameters.get("properties"), dict):
+        return {
+            "type": "function",
+            "function": {
+                "name": metadata["name"],
+                "description": metadata.get("description", ""),
+                "parameters": parameters,
+            },
+        }
     return {
         "type": "function",
         "function": {

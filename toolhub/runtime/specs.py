@@ -1,7 +1,8 @@
 """Tool specs for Open WebUI toolkits: which methods are tools, and their JSON schemas.
 
-The `parameters` schema must equal what Open WebUI stores for the same file. Open WebUI
-builds a pydantic model from each method (type hints, defaults, reST `:param` lines),
+The `parameters` schema must equal what Open WebUI 0.12.4 stores for the same file (the
+release matched, see docs/compatibility.md). Open WebUI builds a pydantic model from each
+method (type hints, defaults, reST `:param` descriptions, continued over the next lines),
 takes its JSON schema, inlines every `$ref`, drops the generated titles, and then
 tidies every property (`_open_webui_cleanup`: a nullable single type loses its `anyOf`,
 `"default": null` goes, an untyped schema becomes a string). That pipeline is rebuilt here
@@ -9,7 +10,8 @@ step by step, with three deliberate additions: Google-style `Args:` descriptions
 `Annotated[..., Field(...)]` metadata (see DESIGN.md; Open WebUI loses the latter because
 it reads type hints without their extras), and an unannotated parameter whose default is a
 `str`, `int`, `float` or `bool` takes its type from that default (Open WebUI calls it a
-string whatever the default is).
+string whatever the default is). A method decorated without `functools.wraps` is described by
+the method it wraps, where Open WebUI describes the decorator's `wrapper(*args, **kwargs)`.
 
 The same pydantic model validates the arguments of a call, so that what the form and the
 LLM are told is exactly what the tool accepts.
@@ -17,8 +19,10 @@ LLM are told is exactly what the tool accepts.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
+import types
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -49,8 +53,47 @@ def tool_functions(instance: object) -> dict[str, Callable[..., Any]]:
             continue
         value = getattr(instance, name)
         if callable(value) and not inspect.isclass(value):
-            functions[name] = value
+            functions[name] = _through_plain_decorator(name, value)
     return functions
+
+
+def _through_plain_decorator(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """A tool whose decorator forgot `functools.wraps`, described by the method it wraps.
+
+    `def wrapper(*args, **kwargs)` hides the method's signature and docstring: Open WebUI then
+    offers a tool named `wrapper` with required `args` and `kwargs` (a deviation ToolHub keeps
+    on purpose, see docs/compatibility.md). When the wrapper takes only `*args`/`**kwargs`
+    and its closure holds exactly one function of the attribute's name (helpers aside), the
+    tool is described by that function (bound like the method), and a call still goes through
+    the wrapper.
+    """
+    if hasattr(function, "__wrapped__") or not inspect.ismethod(function):
+        return function
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return function
+    if any(param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD) for param in parameters):
+        return function
+    cells = getattr(function.__func__, "__closure__", None) or ()
+    inner = []
+    for cell in cells:
+        try:
+            content = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if inspect.isfunction(content) and content.__name__ == name:
+            inner.append(content)
+    if len(inner) != 1:
+        return function
+    original = types.MethodType(inner[0], function.__self__)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    # `__wrapped__` makes inspect.signature and typing.get_type_hints read the original.
+    functools.update_wrapper(call, original)
+    return call
 
 
 def tool_spec(name: str, function: Callable[..., Any]) -> dict[str, Any]:
@@ -162,12 +205,26 @@ def param_docs(docstring: str | None) -> dict[str, str]:
 
 
 def rest_param_docs(docstring: str | None) -> dict[str, str]:
-    """The reST `:param x: text` lines, as Open WebUI reads them (the last one wins)."""
+    """The reST `:param x: text` descriptions, as Open WebUI 0.12.4 reads them.
+
+    A description runs on over the lines after its `:param` line, blank ones included, until
+    a line that starts with `:` (another `:param`, `:type`, `:return`...); each non-blank
+    continuation line is stripped and joined with one space. A `:param` line without text
+    (`:param x:` alone) documents nothing and ends the description before it. The last
+    description of a name wins.
+    """
     docs: dict[str, str] = {}
+    current: str | None = None
     for line in (docstring or "").splitlines():
-        match = _REST_PARAM.match(line.strip())
-        if match:
-            docs[match.group(1)] = match.group(2)
+        text = line.strip()
+        if text.startswith(":"):
+            match = _REST_PARAM.match(text)
+            current = None
+            if match:
+                current = match.group(1)
+                docs[current] = match.group(2).strip()
+        elif current is not None and text:
+            docs[current] = f"{docs[current]} {text}"
     return docs
 
 

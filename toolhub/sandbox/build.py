@@ -88,7 +88,10 @@ _EGRESS_DIR = "/run/toolhub-egress"
 # other part of ToolHub). Its bytes are handed over, wherever ToolHub is installed.
 _FORWARDER = Path(__file__).resolve().parent.parent / "runtime" / "egress_forwarder.py"
 _FORWARDER_PATH = f"{_EGRESS_DIR}-forwarder.py"
-_EGRESS_LIMITS = {"max_bytes": 8 * 1024**3, "max_connections": 100_000}
+# What one networked step may download in all (TOOLHUB_BUILD_MAX_DOWNLOAD_BYTES): enough for
+# the largest wheels people lock (torch with its CUDA libraries), not for a runaway.
+DEFAULT_MAX_DOWNLOAD_BYTES = 8 * 1024**3
+_MAX_CONNECTIONS = 100_000
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,12 @@ class Confined:
             entries = report[kind]
             assert isinstance(entries, list)
             lines += [f"egress {kind}: {entry['reason']}" for entry in entries]
+        # A transfer cut at the byte limit is no refusal of its own; the tool then only says
+        # that a download broke off.
+        limits = report["limits_reached"]
+        assert isinstance(limits, list)
+        if "bytes" in limits and not any("byte limit reached" in line for line in lines):
+            lines.append(f"egress refused: byte limit reached ({self.egress.proxy.policy.max_bytes} bytes per invocation)")
         return lines
 
 
@@ -121,6 +130,7 @@ class BuildSandbox:
     readable: tuple[str, ...] = ()
     # The Python a networked step's forwarder runs with; one the sandbox sees.
     python: str = "/usr/bin/python3"
+    max_download_bytes: int = DEFAULT_MAX_DOWNLOAD_BYTES
 
     def check(self) -> None:
         """Raise ``SandboxUnavailable`` if builds cannot be confined on this host."""
@@ -157,7 +167,9 @@ class BuildSandbox:
         with contextlib.ExitStack() as stack:
             egress = None
             if network:
-                egress = stack.enter_context(_egress_proxy(network, identity.uid if identity.switch else None))
+                egress = stack.enter_context(_egress_proxy(
+                    network, identity.uid if identity.switch else None, self.max_download_bytes
+                ))
                 argv = [self.python, "-I", _FORWARDER_PATH, f"{_EGRESS_DIR}/egress.sock", "--", *argv]
             try:
                 yield self._confined(identity, argv, env, cwd, writable, egress, fds)
@@ -205,11 +217,11 @@ class BuildSandbox:
 
 
 @contextlib.contextmanager
-def _egress_proxy(targets: Sequence[tuple[str, int]], owner: int | None) -> Iterator[ProxyHandle]:
+def _egress_proxy(targets: Sequence[tuple[str, int]], owner: int | None, max_bytes: int) -> Iterator[ProxyHandle]:
     """A proxy to exactly ``targets`` on a socket only the build user (``owner``) may use."""
     with tempfile.TemporaryDirectory(prefix="toolhub-build-egress-") as directory:
         os.chmod(directory, 0o711)
-        policy = EgressPolicy(allow_hosts=None, **_EGRESS_LIMITS)
+        policy = EgressPolicy(allow_hosts=None, max_bytes=max_bytes, max_connections=_MAX_CONNECTIONS)
         proxy = EgressProxy(policy, os.path.join(directory, "egress.sock"), socket_mode=0o600, only_targets=targets)
         handle = start_proxy_thread(proxy)
         try:

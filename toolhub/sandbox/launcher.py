@@ -74,7 +74,7 @@ What is enforced, and how
   remounted read-only, as their tmpfs have no size cap.
 - System calls: a seccomp filter (``toolhub.sandbox.seccomp``, built with libseccomp) is
   loaded by bubblewrap right before the command starts (``--seccomp``); what it refuses and why
-  is listed there and in the README. ``/proc/cmdline`` and the other host-describing files of
+  is listed there and in docs/sandbox.md. ``/proc/cmdline`` and the other host-describing files of
   ``/proc`` (``_PROC_MASKED``) are covered by ``/dev/null``.
 - Environment: bwrap itself gets a two-variable environment, and the command ``--clearenv``
   plus PATH, LANG=C.UTF-8, HOME=/tmp, PYTHONDONTWRITEBYTECODE, PYTHONUNBUFFERED and
@@ -284,6 +284,15 @@ def check_sandbox(
             f"bubblewrap cannot create a sandbox as {sandbox_user!r}: {message or 'no message'}. "
             "Unprivileged user namespaces must be enabled (user.max_user_namespaces > 0)."
         )
+
+
+def only_child(pid: int) -> int | None:
+    """The one child of a live process of ours (bubblewrap's: the sandbox's pid 1), if any."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if len(children) == 1 else None
 
 
 def _privilege_kwargs(identity: _Identity) -> dict:

@@ -12,7 +12,7 @@ closes the channels that namespaces do not separate. Denied calls fail with ``EP
 with ``ENOSYS``, so that the C library falls back to ``clone``, whose flags can be checked); the
 process is not killed, so a library that probes for a feature just sees it missing.
 
-What is refused, and why (the README has the same list):
+What is refused, and why (docs/sandbox.md has the same list):
 
 - ``add_key``, ``request_key``, ``keyctl``: the kernel keyring is keyed by uid, not by
   namespace, so it would be a channel between two runs.

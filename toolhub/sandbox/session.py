@@ -37,48 +37,50 @@ class RunState:
     stderr_tail: bytearray = field(default_factory=bytearray)
 
 
-class Session:
-    """The parent's side of one run: pipes, deadlines and the kill.
-
-    The sandboxed command runs as pid 1 of its namespace (``--as-pid-1``), and bubblewrap
-    reports its host pid on the status descriptor. Killing that process empties the whole
-    namespace, and bubblewrap then reaps it and exits by itself, so no zombie is left for the
-    host's init to collect. Only when that pid is not known yet is bubblewrap itself killed.
-    """
+class PipeSession:
+    """The parent's side of one run over its pipes: writing its stdin, reading its messages
+    and output, watching its deadlines and limits, and killing it. ``exit_fd`` becomes readable
+    when the run has ended (a pidfd, or a control socket). Subclasses say how the run's own
+    process is signalled, reaped and closed: ``Session`` for a bubblewrap process, the warm
+    sandbox's call session (``toolhub.sandbox.warm_call``) for one call of a warm sandbox."""
 
     def __init__(
         self,
         *,
-        process: subprocess.Popen,
-        status_fd: int,
+        stdin_fd: int,
+        stdout_fd: int,
+        stderr_fd: int,
+        exit_fd: int,
         limits: Limits,
         on_message: Callable[[dict], dict | None],
         cancel: threading.Event | None = None,
+        status_fd: int = -1,
     ) -> None:
-        assert process.stdin and process.stdout and process.stderr
         # Set from another thread (the worker's heartbeat) when the run is cancelled: the loop
         # looks at it at least every CANCEL_CHECK_SECONDS and kills the sandbox.
         self.cancel = cancel
-        self.process = process
         self.limits = limits
         self.on_message = on_message
         self.state = RunState()
         self.bwrap_status: dict = {}
         self.usage: resource.struct_rusage | None = None
-        self.stdin_fd = process.stdin.fileno()
-        self.stdout_fd = process.stdout.fileno()
-        self.stderr_fd = process.stderr.fileno()
+        self.stdin_fd = stdin_fd
+        self.stdout_fd = stdout_fd
+        self.stderr_fd = stderr_fd
         self.status_fd = status_fd
-        for fd in (self.stdin_fd, self.stdout_fd, self.stderr_fd, status_fd):
-            os.set_blocking(fd, False)
-        self.bwrap_pidfd = os.pidfd_open(process.pid)
+        self.exit_fd = exit_fd
+        for fd in (stdin_fd, stdout_fd, stderr_fd, status_fd):
+            if fd >= 0:
+                os.set_blocking(fd, False)
         self.child_pidfd: int | None = None
         self.selector = selectors.DefaultSelector()
-        self.selector.register(self.stdout_fd, selectors.EVENT_READ, "stdout")
-        self.selector.register(self.stderr_fd, selectors.EVENT_READ, "stderr")
-        self.selector.register(status_fd, selectors.EVENT_READ, "status")
-        self.selector.register(self.bwrap_pidfd, selectors.EVENT_READ, "exit")
-        self.open_streams = {"stdout", "stderr", "status"}
+        self.selector.register(stdout_fd, selectors.EVENT_READ, "stdout")
+        self.selector.register(stderr_fd, selectors.EVENT_READ, "stderr")
+        self.open_streams = {"stdout", "stderr"}
+        if status_fd >= 0:
+            self.selector.register(status_fd, selectors.EVENT_READ, "status")
+            self.open_streams.add("status")
+        self.selector.register(exit_fd, selectors.EVENT_READ, "exit")
         self.stdout_buffer = bytearray()
         self.status_buffer = bytearray()
         self.pending_stdin = bytearray()
@@ -116,15 +118,7 @@ class Session:
             self.stdin_registered = False
 
     def _close_stdin(self) -> None:
-        if not self.stdin_open:
-            return
-        if self.stdin_registered:
-            self.selector.unregister(self.stdin_fd)
-            self.stdin_registered = False
-        self.stdin_open = False
-        self.pending_stdin.clear()
-        if self.process.stdin is not None:
-            self.process.stdin.close()
+        raise NotImplementedError
 
     # -- the loop
 
@@ -169,7 +163,7 @@ class Session:
 
     def _handle(self, name: str) -> None:
         if name == "exit":
-            self.selector.unregister(self.bwrap_pidfd)
+            self.selector.unregister(self.exit_fd)
             self.exited_at = time.monotonic()
             self._close_stdin()
         elif name == "stdin":
@@ -273,12 +267,66 @@ class Session:
         else:
             self._signal_bwrap()
 
+    def _signal_bwrap(self) -> None:
+        """Kill the sandbox as a whole: the run's own process did not die, or is not known."""
+        raise NotImplementedError
+
+    def _reap(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Leave nothing running and nothing open, whatever happened before."""
+        raise NotImplementedError
+
     def _signal_child(self) -> None:
         assert self.child_pidfd is not None
         try:
             signal.pidfd_send_signal(self.child_pidfd, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+class Session(PipeSession):
+    """The parent's side of one run in a bubblewrap process started for it.
+
+    The sandboxed command runs as pid 1 of its namespace (``--as-pid-1``), and bubblewrap
+    reports its host pid on the status descriptor. Killing that process empties the whole
+    namespace, and bubblewrap then reaps it and exits by itself, so no zombie is left for the
+    host's init to collect. Only when that pid is not known yet is bubblewrap itself killed.
+    """
+
+    def __init__(
+        self,
+        *,
+        process: subprocess.Popen,
+        status_fd: int,
+        limits: Limits,
+        on_message: Callable[[dict], dict | None],
+        cancel: threading.Event | None = None,
+    ) -> None:
+        assert process.stdin and process.stdout and process.stderr
+        self.process = process
+        self.bwrap_pidfd = os.pidfd_open(process.pid)
+        super().__init__(
+            stdin_fd=process.stdin.fileno(),
+            stdout_fd=process.stdout.fileno(),
+            stderr_fd=process.stderr.fileno(),
+            exit_fd=self.bwrap_pidfd,
+            status_fd=status_fd,
+            limits=limits,
+            on_message=on_message,
+            cancel=cancel,
+        )
+
+    def _close_stdin(self) -> None:
+        if not self.stdin_open:
+            return
+        if self.stdin_registered:
+            self.selector.unregister(self.stdin_fd)
+            self.stdin_registered = False
+        self.stdin_open = False
+        self.pending_stdin.clear()
+        if self.process.stdin is not None:
+            self.process.stdin.close()
 
     def _signal_bwrap(self) -> None:
         self.bwrap_signalled = True

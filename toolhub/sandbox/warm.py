@@ -56,11 +56,11 @@ to use a pool, and with which policy.
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import os
 import queue
 import resource
-import selectors
 import signal
 import socket
 import subprocess
@@ -76,16 +76,15 @@ from toolhub.sandbox.cgroups import RunCgroups
 from toolhub.sandbox.egress.endpoint import EgressEndpoint, start_endpoint
 from toolhub.sandbox.egress.rules import EgressPolicy
 from toolhub.sandbox.limits import Limits, SandboxOutcome, SandboxUnavailable
-from toolhub.sandbox.session import RunState, Session, outcome
+from toolhub.sandbox.session import outcome
 from toolhub.sandbox.uids import UidPool
 from toolhub.sandbox.warm_budget import DEFAULT_SANDBOX_ESTIMATE, MemoryBudget, WarmBudgetExceeded
+from toolhub.sandbox.warm_call import CONTROL_TIMEOUT, KILL_PATIENCE, CallSession
 
 FORKSERVER_ARGV: tuple[str, ...] = ("/opt/env/bin/python", "-I", "/opt/runtime/forkserver.py")
 # Room for the largest accepted source (512 KiB) in /opt/toolkit.
 _TOOLKIT_TMPFS_BYTES = 2 << 20
 _READY_TIMEOUT = 30.0
-_CONTROL_TIMEOUT = 10.0
-_KILL_PATIENCE = 2.0
 # What the fork server itself may use on top of a call's memory limit (it is ~40 MiB).
 _PARENT_MEMORY_ALLOWANCE = 128 << 20
 
@@ -123,43 +122,50 @@ class WarmSandbox:
     busy: bool = False
     retired: bool = False
     problems: list[str] = field(default_factory=list)
+    # What start() acquires, each with its release, undone in reverse order by retire(): the
+    # memory reservation, the uid, the egress proxy, and (_spawn) the control socket, the
+    # cgroups and bubblewrap.
+    _resources: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, init=False, repr=False, compare=False)
+    _endpoint: EgressEndpoint | None = field(default=None, init=False, repr=False, compare=False)
+    # The process of the next call, forked ahead (prepare), until a call takes it.
+    _prepared: _Prepared | None = field(default=None, init=False, repr=False, compare=False)
+    _tail_thread: threading.Thread | None = field(default=None, init=False, repr=False, compare=False)
 
     def start(self) -> WarmSandbox:
-        self._lease = None
-        self._reservation = None
-        self._endpoint: EgressEndpoint | None = None
         # The tails of calls that answered early, finished one after the other by a thread of
         # the sandbox's own (started with it: starting one per call would hold up the answer),
         # and what waits for them (a process to fork ahead, or one forked ahead to kill);
         # `_settled` is clear while any of them is pending.
-        self._tails: queue.SimpleQueue[_CallSession | _Prepared | _Ahead | None] = queue.SimpleQueue()
+        self._tails: queue.SimpleQueue[CallSession | _Prepared | _Ahead | None] = queue.SimpleQueue()
         self._pending = 0
         self._pending_lock = threading.Lock()
         self._tails_closed = False
-        # The process of the next call, forked ahead (prepare), until a call takes it.
-        self._prepared: _Prepared | None = None
         self._settled = threading.Event()
         self._settled.set()
-        self._tail_thread: threading.Thread | None = None
+        reservation = None
         if self.budget is not None:
-            self._reservation = self.budget.reserve(self.estimate)
-            if self._reservation is None:
+            reservation = self.budget.reserve(self.estimate)
+            if reservation is None:
                 raise WarmBudgetExceeded("the warm sandboxes of this host use their whole memory budget")
+            self._resources.callback(reservation.release)
         try:
             user = self.sandbox_user
             if self.uid_pool is not None:
-                self._lease = self.uid_pool.acquire(wait=self.uid_wait)
-                user = self._lease.user.name
+                lease = self.uid_pool.acquire(wait=self.uid_wait)
+                self._resources.callback(lease.release)
+                user = lease.user.name
             self._identity = launcher._resolve_identity(bwrap=self.bwrap, sandbox_user=user)
-            self._own_uid = self._lease is not None
+            self._own_uid = self.uid_pool is not None
             if self.egress is not None:
                 self._endpoint = start_endpoint(self.egress)
+                # Its proxy lives exactly as long as the sandbox: nothing is left to connect to it.
+                self._resources.callback(self._endpoint.stop)
                 if self._identity.switch:
                     self._endpoint.hand_to(self._identity.uid, self._identity.gid)
             self._spawn()
             self.memory_bytes = self.memory()["pss"]
-            if self.budget is not None and self._reservation is not None:
-                if not self.budget.resize(self._reservation, self.memory_bytes):
+            if self.budget is not None and reservation is not None:
+                if not self.budget.resize(reservation, self.memory_bytes):
                     raise WarmBudgetExceeded(
                         f"a warm sandbox measured {self.memory_bytes >> 20} MiB, more than the memory budget has left"
                     )
@@ -197,6 +203,7 @@ class WarmSandbox:
 
     def _spawn(self) -> None:
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._resources.callback(parent_end.close)
         seccomp_fd = launcher._seccomp_fd()
         argv = self._argv(seccomp_fd=seccomp_fd)
         limits = self.limits
@@ -216,6 +223,7 @@ class WarmSandbox:
         # waits for an RCU grace period), more than the call itself. The call is the OOM
         # killer's first choice (oom_score_adj 1000).
         self._memory = RunCgroups(self.cgroup_root, limits, extra_memory=_PARENT_MEMORY_ALLOWANCE, extra_processes=1)
+        self._resources.callback(self._memory.kill_and_remove)
         memory_fds = list(self._memory.fds)
 
         def setup() -> None:
@@ -246,6 +254,7 @@ class WarmSandbox:
             child_end.close()
             os.close(seccomp_fd)
             self._memory.close_fds()
+        self._resources.callback(self._stop_bwrap)
         self.control = parent_end
         self._buffer = b""
         self.started_at = self.last_used = time.monotonic()
@@ -340,7 +349,7 @@ class WarmSandbox:
         if self.busy or self.retired:
             raise RuntimeError("a warm sandbox serves one call at a time, and none once retired")
         self.busy = True
-        tail: _CallSession | None = None
+        tail: CallSession | None = None
         egress: dict | None = None
         try:
             result, tail = self._call(source=source, request=request, limits=limits, on_message=on_message, cancel=cancel)
@@ -385,7 +394,7 @@ class WarmSandbox:
         if threading.current_thread() is not self._tail_thread:
             self._settled.wait()
 
-    def _queue(self, item: _CallSession | _Prepared | _Ahead) -> None:
+    def _queue(self, item: CallSession | _Prepared | _Ahead) -> None:
         """Hand `item` to the tail thread, after whatever it has still to finish (nothing is
         left to do once the sandbox is retired and the thread has ended)."""
         with self._pending_lock:
@@ -397,8 +406,8 @@ class WarmSandbox:
         self._drop(item)
 
     @staticmethod
-    def _drop(item: _CallSession | _Prepared | _Ahead | None) -> None:
-        if isinstance(item, (_Prepared, _CallSession)):
+    def _drop(item: CallSession | _Prepared | _Ahead | None) -> None:
+        if isinstance(item, (_Prepared, CallSession)):
             item.close()
 
     def _finish_tails(self) -> None:
@@ -420,7 +429,7 @@ class WarmSandbox:
                         self._settled.set()
         # Retired: whatever was queued after the end is dropped (its processes died with the
         # sandbox), and nothing is queued from now on.
-        left: list[_CallSession | _Prepared | _Ahead] = []
+        left: list[CallSession | _Prepared | _Ahead] = []
         with self._pending_lock:
             self._tails_closed = True
             while True:
@@ -436,7 +445,7 @@ class WarmSandbox:
         for item in left:
             self._drop(item)
 
-    def _finish(self, session: _CallSession) -> None:
+    def _finish(self, session: CallSession) -> None:
         """The tail of a call that has answered, on the sandbox's tail thread: the rest of the
         session loop (the exit grace, then the kill; the call's pipes still read and bounded),
         then the fork server's report, exactly as a call that is not answered early ends
@@ -503,7 +512,7 @@ class WarmSandbox:
                 theirs.append(write_end)
             child_limits = self._child_limits(limits)
             data = json.dumps({"op": "fork", "limits": child_limits}).encode() + b"\n"
-            self.control.settimeout(_CONTROL_TIMEOUT)
+            self.control.settimeout(CONTROL_TIMEOUT)
             self.control.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", theirs))])
         except OSError:
             for fd in ours:
@@ -534,7 +543,7 @@ class WarmSandbox:
                 os.close(pidfd)
             done: dict = {}
             for expected in ("exited", "done"):
-                reply, fds = self._receive(_CONTROL_TIMEOUT + _KILL_PATIENCE)
+                reply, fds = self._receive(CONTROL_TIMEOUT + KILL_PATIENCE)
                 for fd in fds:
                     os.close(fd)
                 if reply is None or reply.get("op") != expected:
@@ -551,7 +560,7 @@ class WarmSandbox:
     def _expect_started(self) -> int:
         """Read the fork server's "started" (which a "fork" is answered with) and return the
         pidfd of the call's process it brings; OSError if anything else comes."""
-        reply, fds = self._receive(_CONTROL_TIMEOUT)
+        reply, fds = self._receive(CONTROL_TIMEOUT)
         if reply is None or reply.get("op") != "started" or len(fds) != 1:
             for fd in fds:
                 os.close(fd)
@@ -585,7 +594,7 @@ class WarmSandbox:
         limits: Limits,
         on_message: Callable[[dict], dict | None],
         cancel: threading.Event | None = None,
-    ) -> tuple[SandboxOutcome, _CallSession | None]:
+    ) -> tuple[SandboxOutcome, CallSession | None]:
         """The call's outcome, and its session when it answered early (a successful result):
         the tail still to finish."""
         started = time.monotonic()
@@ -612,10 +621,10 @@ class WarmSandbox:
             self._broken(str(exc))
         groups = self._memory
         oom_before, pids_before, cpu_before = groups.oom_kills(), groups.pids_limit_hits(), groups.cpu_ms()
-        session: _CallSession | None = None
+        session: CallSession | None = None
         early = False
         try:
-            session = _CallSession(
+            session = CallSession(
                 sandbox=self,
                 stdin_fd=stdin_w,
                 stdout_fd=stdout_r,
@@ -715,40 +724,34 @@ class WarmSandbox:
         if self.retired:
             return
         self.retired = True
-        prepared, self._prepared = getattr(self, "_prepared", None), None
+        prepared, self._prepared = self._prepared, None
         if prepared is not None:
             prepared.close()
         if self._tail_thread is not None:
             self._tails.put(None)
-        process = getattr(self, "process", None)
-        if process is not None:
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                process.kill()
-            process.wait()
-            if process.stderr is not None:
-                process.stderr.close()
-        control = getattr(self, "control", None)
-        if control is not None:
-            control.close()
-        memory = getattr(self, "_memory", None)
-        if memory is not None:
-            memory.kill_and_remove()
-        # Its proxy lives exactly as long: nothing is left to connect to it.
-        endpoint = getattr(self, "_endpoint", None)
-        if endpoint is not None:
-            endpoint.stop()
-        lease = getattr(self, "_lease", None)
-        if lease is not None:
-            lease.release()
-            self._lease = None
-        reservation = getattr(self, "_reservation", None)
-        if reservation is not None:
-            reservation.release()
-            self._reservation = None
+        self._resources.close()
+
+    def _stop_bwrap(self) -> None:
+        """Kill bubblewrap and everything below it, and reap it: first its only child, the
+        sandbox's pid 1, which bubblewrap then reaps (left to the host's init, it could stay a
+        zombie for seconds, its uid not leased again meanwhile: toolhub.sandbox.uids)."""
+        process = self.process
+        if process.poll() is None:
+            child = launcher.only_child(process.pid)
+            if child is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=KILL_PATIENCE)
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.kill()
+        process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 @dataclass
@@ -791,260 +794,3 @@ def _descendants(pid: int) -> list[int]:
             except OSError:
                 continue
     return found
-
-
-def _pidfd_pid(pidfd: int) -> int | None:
-    """The pid behind a pidfd in the reader's pid namespace (its ``fdinfo`` names it), or None
-    once the process has been reaped."""
-    try:
-        with open(f"/proc/self/fdinfo/{pidfd}") as handle:
-            for line in handle:
-                name, _, value = line.partition(":")
-                if name == "Pid":
-                    pid = int(value)
-                    return pid if pid > 0 else None
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def _open_usage_files(pidfd: int, *, with_stat: bool) -> list[int]:
-    """Descriptors of the ``/proc`` ``status`` (and ``stat``) files of the process behind
-    ``pidfd``, in the host's ``/proc``; empty if it is gone. A ``/proc/<pid>`` file stays bound
-    to the process it was opened for (reading it once that is reaped fails), and the pid is
-    looked up again after the opening: not reaped by then, so the files are its own."""
-    pid = _pidfd_pid(pidfd)
-    if pid is None:
-        return []
-    fds: list[int] = []
-    try:
-        for name in ("status", "stat") if with_stat else ("status",):
-            fds.append(os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC))
-    except OSError:
-        pass
-    if len(fds) != (2 if with_stat else 1) or _pidfd_pid(pidfd) != pid:
-        for fd in fds:
-            os.close(fd)
-        return []
-    return fds
-
-
-def _live_usage(files: list[int]) -> tuple[int | None, int] | None:
-    """(CPU milliseconds of the process, its threads and the children it reaped, when its
-    ``stat`` is open; its peak RSS in kB) from ``_open_usage_files``' descriptors, or None
-    once the process has exited (its ``status`` then has no ``VmHWM``, or cannot be read)."""
-    try:
-        status = os.pread(files[0], 8192, 0).decode()
-        stat = os.pread(files[1], 4096, 0).decode() if len(files) > 1 else None
-    except (OSError, IndexError, UnicodeDecodeError):
-        return None
-    peak = None
-    for line in status.splitlines():
-        name, _, value = line.partition(":")
-        if name == "VmHWM":
-            peak = int(value.split()[0])
-    if peak is None:
-        return None
-    if stat is None:
-        return None, peak
-    # Fields 14 to 17 (utime, stime, cutime, cstime), counted after the command's name.
-    ticks = sum(int(value) for value in stat[stat.rindex(")") + 2 :].split()[11:15])
-    return ticks * 1000 // os.sysconf("SC_CLK_TCK"), peak
-
-
-class _CallSession(Session):
-    """The session loop of ``toolhub.sandbox.session`` over one warm call's pipes.
-
-    The end of the call is the fork server's ``done`` report (sent once everything of the call
-    is dead and cleaned), not a process exit; a kill goes to the call's process through its
-    pidfd, and escalates to retiring the whole sandbox. With ``answer_early`` the loop also
-    stops at a successful result (``answered_early``); ``WarmSandbox._finish`` runs the rest.
-    """
-
-    def __init__(
-        self,
-        *,
-        sandbox: WarmSandbox,
-        stdin_fd: int,
-        stdout_fd: int,
-        stderr_fd: int,
-        pidfd: int,
-        limits: Limits,
-        on_message: Callable[[dict], dict | None],
-        cancel: threading.Event | None = None,
-        answer_early: bool = False,
-    ) -> None:
-        self.sandbox = sandbox
-        self.answer_early = answer_early
-        self.limits = limits
-        self.on_message = on_message
-        self.cancel = cancel
-        self.state = RunState()
-        self.bwrap_status: dict = {}
-        self.usage = None
-        self.stdin_fd = stdin_fd
-        self.stdout_fd = stdout_fd
-        self.stderr_fd = stderr_fd
-        self.status_fd = -1
-        self.control_fd = sandbox.control.fileno()
-        for fd in (stdin_fd, stdout_fd, stderr_fd):
-            os.set_blocking(fd, False)
-        self.bwrap_pidfd = -1
-        self.child_pidfd: int | None = pidfd
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(stdout_fd, selectors.EVENT_READ, "stdout")
-        self.selector.register(stderr_fd, selectors.EVENT_READ, "stderr")
-        self.selector.register(self.control_fd, selectors.EVENT_READ, "exit")
-        self.open_streams = {"stdout", "stderr"}
-        self.stdout_buffer = bytearray()
-        self.status_buffer = bytearray()
-        self.pending_stdin = bytearray()
-        self.stdin_open = True
-        self.stdin_registered = False
-        self.deadline = time.monotonic() + limits.wall_seconds
-        self.host_budget = limits.host_wait_seconds
-        self.final_at: float | None = None
-        self.killed_at: float | None = None
-        self.bwrap_signalled = False
-        self.exited_at: float | None = None
-        # The fork server's reports: the call's process reaped (with its wait4 usage), and
-        # everything of the call gone (with what could not be cleaned).
-        self.exit_report: dict | None = None
-        self.done: dict | None = None
-        # What measures the call at an early answer, opened once its request is written (while
-        # it runs), and (CPU ms, peak RSS kB) read there when the result came and it still ran.
-        self.usage_files: list[int] | None = None
-        self.live_usage: tuple[int | None, int] | None = None
-        self.probed = False
-        self.stdin_deferred = False
-
-    def answered_early(self) -> bool:
-        """Whether the call may answer now: a successful result has arrived, nothing was killed,
-        the call has not ended, and its usage is known (its process reaped, or read while it
-        still runs)."""
-        final = self.state.final
-        return (
-            self.answer_early
-            and self.exited_at is None
-            and self.killed_at is None
-            and final is not None
-            and final.get("kind") == "result"
-            and (self.exit_report is not None or self.live_usage is not None)
-        )
-
-    def _finished(self) -> bool:
-        final = self.state.final
-        if self.answer_early and not self.probed and final is not None and final.get("kind") == "result":
-            # Once, at the result: a process that has not exited yet is measured now; one that
-            # has is answered for at the fork server's "exited" report, a moment later.
-            self.probed = True
-            if self.usage_files:
-                self.live_usage = _live_usage(self.usage_files)
-        return self.answered_early() or super()._finished()
-
-    def release_stdin(self) -> None:
-        """End a call's early answer: from now on it ends in full, and the stdin held open at
-        its result (_close_stdin) is closed."""
-        self.answer_early = False
-        if self.stdin_deferred:
-            self.stdin_deferred = False
-            self._close_stdin()
-
-    def drain_stderr(self) -> None:
-        """Read what the call wrote to stderr before its result: written first, it is in the
-        pipe already, though the loop may have read stdout first."""
-        while "stderr" in self.open_streams and self.killed_at is None:
-            before = self.state.output_bytes
-            self._handle("stderr")
-            if self.state.output_bytes == before:
-                return
-
-    def _handle(self, name: str) -> None:
-        if name != "exit":
-            super()._handle(name)
-            return
-        self._read_control(_CONTROL_TIMEOUT)
-
-    def _write_stdin(self) -> None:
-        super()._write_stdin()
-        if self.answer_early and self.usage_files is None and not self.pending_stdin and self.child_pidfd is not None:
-            # The request is written and the call runs: the opening costs it nothing now.
-            with_stat = "cpuacct" not in self.sandbox._memory.dirs
-            self.usage_files = _open_usage_files(self.child_pidfd, with_stat=with_stat)
-
-    def _read_control(self, timeout: float) -> None:
-        """Take the fork server's reports: ``exited`` once the call's process is reaped, then
-        ``done`` once everything of the call is gone, which ends the call (as anything else on
-        the control socket does, without a report)."""
-        while True:
-            message, fds = self.sandbox._receive(timeout)
-            for fd in fds:
-                os.close(fd)
-            if message is not None and message.get("op") == "exited" and self.exit_report is None:
-                self.exit_report = message
-                # Both may have come in one read.
-                if b"\n" in self.sandbox._buffer:
-                    continue
-                return
-            if message is not None and message.get("op") == "done":
-                self.done = message
-            self.selector.unregister(self.control_fd)
-            self.exited_at = time.monotonic()
-            self._close_stdin()
-            return
-
-    def _close_stdin(self) -> None:
-        if not self.stdin_open:
-            return
-        final = self.state.final
-        if self.answer_early and final is not None and final.get("kind") == "result":
-            # At its result the runtime waits for its stdin to close before it exits
-            # (channel.Channel.finish): measured now, the process is still whole, and its stdin
-            # is closed once the call has answered (release_stdin, on the tail thread), so that
-            # the process's exit does not hold up the answer.
-            if not self.probed:
-                self.probed = True
-                if self.usage_files:
-                    self.live_usage = _live_usage(self.usage_files)
-            self.stdin_deferred = True
-            return
-        if self.stdin_registered:
-            self.selector.unregister(self.stdin_fd)
-            self.stdin_registered = False
-        self.stdin_open = False
-        self.pending_stdin.clear()
-        os.close(self.stdin_fd)
-
-    def _signal_bwrap(self) -> None:
-        # The call would not die: the sandbox is not to be trusted with another one.
-        self.bwrap_signalled = True
-        self.sandbox.problems.append("a call's process did not die when killed")
-        self.sandbox.retire()
-        self.exited_at = time.monotonic()
-
-    def _reap(self) -> None:
-        return
-
-    def close(self) -> None:
-        if self.exited_at is None:
-            self.kill("aborted")
-            # Wait for the fork server's report, then give up on the sandbox.
-            deadline = time.monotonic() + _KILL_PATIENCE
-            while self.exited_at is None and time.monotonic() < deadline:
-                self._read_control(deadline - time.monotonic())
-            if self.done is None:
-                self.sandbox.problems.append("the fork server did not report after an aborted call")
-                self.sandbox.retire()
-        self.selector.close()
-        if self.child_pidfd is not None:
-            os.close(self.child_pidfd)
-            self.child_pidfd = None
-        for fd in self.usage_files or []:
-            os.close(fd)
-        self.usage_files = []
-        self._close_stdin()
-        for fd in (self.stdout_fd, self.stderr_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass

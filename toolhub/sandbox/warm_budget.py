@@ -84,6 +84,12 @@ class MemoryBudget:
         with self._locked() as used:
             return used
 
+    def usage(self) -> tuple[int, int]:
+        """How many warm sandboxes hold a share now, and their bytes together (for /metrics)."""
+        with self._locked():
+            sizes = self._live()
+        return len(sizes), sum(sizes)
+
     @contextmanager
     def _locked(self) -> Iterator[int]:
         """Hold the budget's lock; yields what every live reservation adds up to."""
@@ -96,7 +102,11 @@ class MemoryBudget:
             os.close(fd)
 
     def _sum(self) -> int:
-        total = 0
+        return sum(self._live())
+
+    def _live(self) -> list[int]:
+        """The live shares' sizes; the files of dead holders are removed."""
+        sizes: list[int] = []
         for path in self.directory.glob("*.warm"):
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -107,13 +117,13 @@ class MemoryBudget:
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                     raise
-                total += self._size(path)
+                sizes.append(self._size(path))
             else:
                 # Its holder is gone (a worker that died): the share is free again.
                 path.unlink(missing_ok=True)
             finally:
                 os.close(fd)
-        return total
+        return sizes
 
     @staticmethod
     def _size(path: Path) -> int:

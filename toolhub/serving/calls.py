@@ -4,19 +4,25 @@ its end. MCP and the OpenAPI tool servers both call `serve_call`."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 
+from toolhub import dbretry
 from toolhub.accounts.clients import Caller
 from toolhub.runs import notify
 from toolhub.runs import services as run_services
 from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus
 from toolhub.serving.catalog import ServedTool
 from toolhub.serving.limits import check_rate
+
+logger = logging.getLogger(__name__)
 
 # What a tool gets when its question cannot be put to anyone (the client does not support
 # elicitation, or declined): the same values the runtime gives on a timeout.
@@ -51,6 +57,28 @@ class CallOutcome:
         return inv.error or "The tool failed."
 
 
+class Declined(LookupError):
+    """An `ask` whose question got no usable answer (declined, cancelled, an error): the tool
+    gets the no-answer value at once, and the events say why."""
+
+    NO_ANSWER = "The client gave no answer."
+
+
+class WaitBroken(Exception):
+    """The database went away (and stayed away after one reconnect) while following an
+    accepted invocation: it may still run. The caller answers with its id and last known
+    status, as the API's `wait: true` does, never with an error that invites a second call."""
+
+    def __init__(self, invocation: Invocation) -> None:
+        super().__init__(f"the database became unavailable while waiting for invocation {invocation.pk}")
+        self.invocation = invocation
+
+    def message(self) -> str:
+        inv = self.invocation
+        return (f"The database became unavailable while waiting for this tool; it was accepted and may still be "
+                f"running (invocation {inv.pk}, {inv.status}). Look it up later instead of calling it again.")
+
+
 class NeedsInput(Exception):
     """Raised by an `ask` that cannot answer now but can in a later request (MCP 2026-07-28:
     the server answers `input_required` and the client retries the call with the answer)."""
@@ -80,7 +108,20 @@ def follow(
     invocation: Invocation, *, seen: int = 0, ask: Callable[[dict], Any] | None = None,
     on_event: Callable[[Event], None] | None = None,
 ) -> CallOutcome:
-    """Follow an accepted invocation until it ends (or the serve wait limit passes)."""
+    """Follow an accepted invocation until it ends (or the serve wait limit passes). A dropped
+    database connection is replaced once per look (toolhub.dbretry); raises WaitBroken when
+    the database stays away."""
+    try:
+        return _follow(invocation, seen=seen, ask=ask, on_event=on_event)
+    except DatabaseError as exc:
+        logger.warning("invocation %s: could not follow it (%s)", invocation.pk, str(exc).strip())
+        dbretry.reconnect()
+        raise WaitBroken(invocation) from exc
+
+
+def _follow(
+    invocation: Invocation, *, seen: int, ask: Callable[[dict], Any] | None, on_event: Callable[[Event], None] | None,
+) -> CallOutcome:
     deadline = time.monotonic() + settings.TOOLHUB_SERVE_WAIT_SECONDS
     events: list[Event] = []
     delay = 0.01
@@ -92,8 +133,9 @@ def follow(
             invocation.pk, lambda state: _noticed(invocation.pk, state), seconds=deadline - time.monotonic(), listener=listener
         )
     while True:
-        invocation.refresh_from_db(fields=["status", "result", "result_type", "error", "pending_call", "call_answer", "finished_at", "started_at", "limit"])
-        fresh = list(Event.objects.filter(invocation=invocation, seq__gt=seen).order_by("seq"))
+        fresh = dbretry.write(
+            functools.partial(_look, invocation, seen), what=f"following invocation {invocation.pk}", already_done=None
+        ) or []
         for event in fresh:
             seen = event.seq
             events.append(event)
@@ -104,16 +146,16 @@ def follow(
         # A question not yet answered (after an answer, the worker takes a moment to resume).
         if invocation.status == RunStatus.AWAITING_INPUT and invocation.pending_call is not None and invocation.call_answer is None:
             call = invocation.pending_call
+            declined = ""
             try:
-                value = ask(call) if ask is not None else no_answer(call)
-            except LookupError:
-                value = no_answer(call)
+                if ask is None:
+                    raise Declined("The client cannot answer questions.")
+                value = ask(call)
+            except LookupError as exc:
+                value, declined = no_answer(call), str(exc) or Declined.NO_ANSWER
             except NeedsInput:
                 return CallOutcome(invocation=invocation, events=events, waiting=True, seen=seen)
-            try:
-                run_services.invocation_respond(invocation=invocation, value=value)
-            except run_services.InvocationRejected:
-                pass  # Already answered or timed out meanwhile; the loop sees what happened.
+            answer(invocation, value, declined=declined)
             delay = 0.01
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -129,6 +171,12 @@ def follow(
     return CallOutcome(invocation=invocation, events=events, seen=seen)
 
 
+def _look(invocation: Invocation, seen: int) -> list[Event]:
+    """The invocation's state and its events after `seen`."""
+    invocation.refresh_from_db(fields=["status", "result", "result_type", "error", "pending_call", "call_answer", "finished_at", "started_at", "limit"])
+    return list(Event.objects.filter(invocation=invocation, seq__gt=seen).order_by("seq"))
+
+
 def _noticed(invocation_id: Any, state: dict | None) -> bool:
     return (state or {}).get("status") in FINISHED or _needs_attention(invocation_id)
 
@@ -140,8 +188,8 @@ def _needs_attention(invocation_id: Any) -> bool:
     return row["status"] == RunStatus.AWAITING_INPUT and row["call_answer"] is None
 
 
-def answer(invocation: Invocation, value: Any) -> None:
+def answer(invocation: Invocation, value: Any, *, declined: str = "") -> None:
     try:
-        run_services.invocation_respond(invocation=invocation, value=value)
+        run_services.invocation_respond(invocation=invocation, value=value, declined=declined)
     except run_services.InvocationRejected:
         pass  # It timed out or was answered meanwhile; following it shows what happened.

@@ -22,20 +22,23 @@ import mcp_types as types
 from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.core import signing
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 from django.http.request import split_domain_port, validate_host
 from mcp.server import Server
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
+from toolhub import dbretry
 from toolhub.accounts.clients import Caller, CallerRefused
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.serving import catalog
 from toolhub.serving.auth import caller_from_headers
-from toolhub.serving.calls import NeedsInput, answer, follow, no_answer, serve_call
+from toolhub.serving.calls import Declined, NeedsInput, WaitBroken, answer, follow, no_answer, serve_call
 from toolhub.serving.limits import RateLimited
 
 logger = logging.getLogger(__name__)
@@ -67,11 +70,21 @@ def _context(ctx) -> tuple[Caller, str | None]:
 
 
 async def list_tools(ctx, params) -> types.ListToolsResult:
+    """One toolkit's tools, or a page of every toolkit's (follow `nextCursor` for the rest)."""
     caller, slug = _context(ctx)
-    tools = await _db(catalog.catalog, caller.user, slug)
+    shared = catalog.shared_only(caller)
+    following = None
+    if slug is not None:
+        tools = await _db(catalog.catalog, caller.user, slug, shared=shared)
+    else:
+        cursor = getattr(params, "cursor", None) if params is not None else None
+        try:
+            tools, following = await _db(catalog.catalog_page, caller.user, cursor, shared=shared)
+        except catalog.BadCursor as exc:
+            raise MCPError(code=types.INVALID_PARAMS, message=str(exc)) from None
     return types.ListToolsResult(tools=[
         types.Tool(name=t.name, description=t.description, input_schema=t.parameters) for t in tools
-    ])
+    ], next_cursor=following)
 
 
 def _text_result(text: str, *, error: bool = False) -> types.CallToolResult:
@@ -127,12 +140,12 @@ def _question(call: dict) -> tuple[str, dict]:
 
 def _value_from(call: dict, result: types.ElicitResult) -> Any:
     if result.action != "accept" or not result.content:
-        raise LookupError
+        raise Declined(f"The client's answer was {result.action!r}.")
     if call.get("type") == "confirmation":
         return bool(result.content.get("confirm"))
     value = result.content.get("value")
     if not isinstance(value, str):
-        raise LookupError
+        raise Declined("The client's answer held no text.")
     return value
 
 
@@ -142,7 +155,7 @@ def _supports_elicitation(ctx) -> bool:
 
 
 def _seal(invocation: Invocation, seen: int, caller: Caller) -> str:
-    return signing.dumps({"i": str(invocation.id), "s": seen, "u": caller.user.pk}, salt=STATE_SALT, compress=True)
+    return signing.dumps({"i": str(invocation.id), "s": seen, "p": list(caller.principal())}, salt=STATE_SALT, compress=True)
 
 
 def _unseal(state: str, caller: Caller) -> dict:
@@ -150,23 +163,26 @@ def _unseal(state: str, caller: Caller) -> dict:
         data = signing.loads(state, salt=STATE_SALT, max_age=settings.TOOLHUB_EVENT_CALL_TIMEOUT + 60)
     except signing.BadSignature:
         raise MCPError(code=types.INVALID_PARAMS, message="The request state is invalid or expired.") from None
-    if data.get("u") != caller.user.pk:
+    if data.get("p") != list(caller.principal()):
         raise MCPError(code=types.INVALID_PARAMS, message="The request state is invalid or expired.")
     return data
 
 
 def _resume(caller: Caller, state: dict, responses: dict, on_event):
-    invocation = Invocation.objects.filter(pk=state["i"], user=caller.user).select_related("client").first()
+    invocation = Invocation.objects.filter(pk=state["i"], user=caller.user, client=caller.client).select_related("client").first()
     if invocation is None:
         raise MCPError(code=types.INVALID_PARAMS, message="The request state is invalid or expired.")
     response = responses.get(INPUT_KEY)
     call = invocation.pending_call or {}
     if invocation.status == RunStatus.AWAITING_INPUT and call:
+        declined = ""
         try:
-            value = _value_from(call, response) if isinstance(response, types.ElicitResult) else no_answer(call)
-        except LookupError:
-            value = no_answer(call)
-        answer(invocation, value)
+            if not isinstance(response, types.ElicitResult):
+                raise Declined("The client sent no answer to the question.")
+            value = _value_from(call, response)
+        except LookupError as exc:
+            value, declined = no_answer(call), str(exc) or Declined.NO_ANSWER
+        answer(invocation, value, declined=declined)
     return invocation
 
 
@@ -190,7 +206,12 @@ async def call_tool(ctx, params: types.CallToolRequestParams):
     if elicit and back_channel:
         def loop_ask(call: dict) -> Any:
             message, schema = _question(call)
-            result = async_to_sync(ctx.session.elicit_form)(message, schema, ctx.request_id)
+            try:
+                result = async_to_sync(ctx.session.elicit_form)(message, schema, ctx.request_id)
+            except MCPError as exc:
+                # The official SDKs answer with a JSON-RPC error when their elicitation
+                # handler fails: that is a decline, and the tool goes on at once.
+                raise Declined(f"The client answered the question with an error: {str(exc.message)[:200]}") from None
             return _value_from(call, result)
     elif elicit:
         def loop_ask(call: dict) -> Any:
@@ -203,7 +224,7 @@ async def call_tool(ctx, params: types.CallToolRequestParams):
             state = _unseal(params.request_state, caller)
             invocation = _resume(caller, state, params.input_responses or {}, on_event)
             return follow(invocation, seen=state["s"], ask=loop_ask, on_event=on_event if wants_progress else None)
-        served = catalog.find(caller.user, params.name, slug)
+        served = catalog.find(caller.user, params.name, slug, shared=catalog.shared_only(caller))
         if served is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name[:100]}")
         try:
@@ -212,7 +233,15 @@ async def call_tool(ctx, params: types.CallToolRequestParams):
         except (run_services.InvocationRejected, RateLimited) as exc:
             return exc
 
-    outcome = await _db(run)
+    try:
+        outcome = await _db(run)
+    except WaitBroken as exc:
+        # Accepted and perhaps still running: its id, never an error that reads as "call again".
+        return _text_result(exc.message(), error=True)
+    except DatabaseError as exc:
+        # Before the call was accepted: the database's own words stay in the log.
+        logger.warning("database unavailable for an MCP tools/call: %s", str(exc).strip())
+        raise MCPError(code=types.INTERNAL_ERROR, message=dbretry.UNAVAILABLE) from None
     if isinstance(outcome, RateLimited):
         # The model reads this and may retry; hosts that show errors show it to the person.
         return _text_result(outcome.message, error=True)
@@ -235,8 +264,8 @@ def exc_is_unavailable(exc: run_services.InvocationRejected) -> bool:
 
 
 server: Server = Server("ToolHub", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
-# ToolHub checks the Host header itself against ALLOWED_HOSTS (below), as Django does for
-# every other path, and every request needs a bearer token besides.
+# ToolHub checks the Host and Origin headers itself (below), with its own settings and its own
+# error shape, and every request needs a bearer token besides.
 _starlette = server.streamable_http_app(
     streamable_http_path="/mcp",
     transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
@@ -253,13 +282,37 @@ def _error(status: int, message: str, headers: dict | None = None) -> JSONRespon
     return JSONResponse({"errors": [{"message": message, "field": None, "line": None}]}, status_code=status, headers=headers)
 
 
+LOCAL_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
+
+
+def allowed_hosts() -> list[str]:
+    """The Host names /mcp answers to: TOOLHUB_MCP_ALLOWED_HOSTS, else ALLOWED_HOSTS without
+    its wildcard, else the local names. A wildcard is never taken from ALLOWED_HOSTS here: with
+    it, a page of any site whose name resolves to this server (DNS rebinding) could reach /mcp."""
+    configured = settings.TOOLHUB_MCP_ALLOWED_HOSTS or [h for h in settings.ALLOWED_HOSTS if h != "*"]
+    return configured or LOCAL_HOSTS
+
+
 def _host_allowed(headers: Headers) -> bool:
-    host = headers.get("host", "")
-    domain, _port = split_domain_port(host)
-    allowed = settings.ALLOWED_HOSTS
-    if settings.DEBUG and not allowed:
-        allowed = [".localhost", "127.0.0.1", "[::1]"]
-    return bool(domain) and validate_host(domain, allowed)
+    domain, _port = split_domain_port(headers.get("host", ""))
+    return bool(domain) and validate_host(domain, allowed_hosts())
+
+
+def _origin_allowed(headers: Headers) -> bool:
+    """Requests without an Origin (servers, command-line clients) pass; a browser's must be one
+    of TOOLHUB_MCP_ALLOWED_ORIGINS (the MCP specification asks servers to check it)."""
+    origins = headers.getlist("origin")
+    if not origins:
+        return True
+    return len(origins) == 1 and origins[0].rstrip("/") in settings.TOOLHUB_MCP_ALLOWED_ORIGINS
+
+
+def _principal(caller: Caller) -> AuthenticatedUser:
+    """The caller as the MCP SDK's session manager sees it: it binds each session to the
+    principal that opened it and answers 404 to anyone else (a request, an answer to an
+    elicitation, a DELETE) who presents that session's id."""
+    credential, person = caller.principal()
+    return AuthenticatedUser(AccessToken(token="", client_id=credential, subject=person, scopes=[]))
 
 
 async def asgi_app(scope, receive, send) -> None:
@@ -270,18 +323,28 @@ async def asgi_app(scope, receive, send) -> None:
     if not _host_allowed(headers):
         await _error(400, "Bad Request (the Host header is not allowed).")(scope, receive, send)
         return
+    if not _origin_allowed(headers):
+        await _error(403, "This browser origin may not call ToolHub's MCP endpoint (TOOLHUB_MCP_ALLOWED_ORIGINS).")(scope, receive, send)
+        return
     if slug is not None and ("/" in slug or not slug or len(slug) > 64):
         await _error(404, "Not found.")(scope, receive, send)
         return
     try:
         caller = await _db(caller_from_headers, headers)
+        found = slug is None or await _db(catalog.served_toolkit, caller.user, slug, shared=catalog.shared_only(caller))
     except CallerRefused as exc:
         extra = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         await _error(exc.status, exc.message, extra)(scope, receive, send)
         return
-    if slug is not None and await _db(catalog.served_toolkit, caller.user, slug) is None:
+    except DatabaseError as exc:
+        # Nothing accepted yet: a 503 the client may retry, never the server's bare 500.
+        logger.warning("database unavailable on %s: %s", path, str(exc).strip())
+        await _error(503, dbretry.UNAVAILABLE, {"Retry-After": "1"})(scope, receive, send)
+        return
+    if not found:
         await _error(404, "Not found.")(scope, receive, send)
         return
     inner = dict(scope, path="/mcp", raw_path=b"/mcp")
     inner[SCOPE_KEY] = {"caller": caller, "slug": slug}
+    inner["user"] = _principal(caller)
     await _starlette(inner, receive, send)

@@ -10,18 +10,21 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
+from toolhub import dbretry
 from toolhub.accounts.clients import CallerRefused
 from toolhub.runs import services as run_services
 from toolhub.runs.models import Surface
 from toolhub.serving import catalog
 from toolhub.serving.auth import caller_from_headers
-from toolhub.serving.calls import serve_call
+from toolhub.serving.calls import WaitBroken, serve_call
 from toolhub.serving.limits import RateLimited
 
 MAX_BODY = 1024 * 1024
+# The API's words for the same condition (toolhub.api.api).
 _DEFS_REF = re.compile(r"^#/\$defs/(.+)$")
 
 
@@ -66,7 +69,18 @@ def _body_schema(parameters: dict, name: str, components: dict) -> dict:
     return rewrite(parameters)
 
 
-def document(*, title: str, description: str, version: str, tools: list[catalog.ServedTool]) -> dict:
+# What every call may be answered besides its result (the same error shape as 400 and 500).
+REFUSALS = {
+    "401": "No bearer token, or one that is not valid.",
+    "403": "The caller may not call this tool (or the credential may not act for the person named).",
+    "404": "No such tool among the toolkits the caller may use.",
+    "429": "Too many calls a minute; Retry-After says when to try again.",
+}
+
+
+def document(*, title: str, description: str, version: str, tools: list[catalog.ServedTool], server: str = "") -> dict:
+    """`server`: the absolute URL the tools' paths hang from (a generic OpenAPI client calls
+    `{server}/{tool}`; without it, the document's own host root)."""
     components: dict[str, Any] = {}
     paths: dict[str, Any] = {}
     for served in tools:
@@ -79,7 +93,12 @@ def document(*, title: str, description: str, version: str, tools: list[catalog.
             "responses": {
                 "200": {"description": "The tool's result: a string, or the JSON it returned.",
                         "content": {"application/json": {"schema": {}}}},
+                "202": {"description": "Accepted, but the wait for its end broke (the database was unavailable): "
+                                       "the invocation's id, status and a message; it may still run.",
+                        "content": {"application/json": {"schema": {"type": "object"}}}},
                 "400": {"description": "The arguments do not match the schema.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Errors"}}}},
+                **{code: {"description": why, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Errors"}}}}
+                   for code, why in REFUSALS.items()},
                 "500": {"description": "The tool failed; the message is meant for the model.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Errors"}}}},
             },
         }}
@@ -88,6 +107,7 @@ def document(*, title: str, description: str, version: str, tools: list[catalog.
     return {
         "openapi": "3.1.0",
         "info": {"title": title, "description": description, "version": version or "1"},
+        **({"servers": [{"url": server}]} if server else {}),
         "paths": paths,
         "components": {"schemas": components, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
         "security": [{"bearer": []}],
@@ -113,16 +133,22 @@ def openapi_document(request: HttpRequest, slug: str | None = None) -> HttpRespo
         caller = _caller(request)
     except CallerRefused as exc:
         return _refused(request, exc)
+    shared = catalog.shared_only(caller)
     if slug is None:
-        doc = document(title="ToolHub", description="Every ToolHub toolkit you may use.", version="1",
-                       tools=catalog.catalog(caller.user))
+        try:
+            tools = catalog.catalog(caller.user, shared=shared)
+        except catalog.TooManyToolkits as exc:
+            return _cors(request, _errors(413, str(exc)))
+        doc = document(title="ToolHub", description="Every ToolHub toolkit you may use.", version="1", tools=tools,
+                       server=request.build_absolute_uri("/openapi"))
     else:
-        toolkit = catalog.served_toolkit(caller.user, slug)
+        toolkit = catalog.served_toolkit(caller.user, slug, shared=shared)
         if toolkit is None:
             return _cors(request, _errors(404, "Not found."))
         revision = toolkit.current_revision
         doc = document(title=toolkit.title, description=revision.description if revision else "",
-                       version=revision.version if revision else "", tools=catalog.catalog(caller.user, slug))
+                       version=revision.version if revision else "", tools=catalog.catalog(caller.user, slug, shared=shared),
+                       server=request.build_absolute_uri(f"/openapi/{toolkit.slug}"))
     return _cors(request, JsonResponse(doc, json_dumps_params={"ensure_ascii": False}))
 
 
@@ -136,13 +162,14 @@ def openapi_call(request: HttpRequest, name: str, slug: str | None = None) -> Ht
         caller = _caller(request)
     except CallerRefused as exc:
         return _refused(request, exc)
-    if slug is not None and catalog.served_toolkit(caller.user, slug) is None:
+    shared = catalog.shared_only(caller)
+    if slug is not None and catalog.served_toolkit(caller.user, slug, shared=shared) is None:
         return _cors(request, _errors(404, "Not found."))
-    served = catalog.find(caller.user, name, slug)
+    served = catalog.find(caller.user, name, slug, shared=shared)
     if served is None:
         if slug is not None:
             # A toolkit that exists for the caller but is not ready: say so, as the API does.
-            toolkit = catalog.served_toolkit(caller.user, slug)
+            toolkit = catalog.served_toolkit(caller.user, slug, shared=shared)
             if toolkit is not None and name in (toolkit.current_revision.tool_names if toolkit.current_revision else []):
                 return _cors(request, _errors(409, run_services.not_ready_reason(toolkit)))
         return _cors(request, _errors(404, "Not found."))
@@ -154,6 +181,16 @@ def openapi_call(request: HttpRequest, name: str, slug: str | None = None) -> Ht
         return _cors(request, _errors(400, "The body must be a JSON object of arguments.", "arguments"))
     try:
         outcome = serve_call(caller=caller, served=served, arguments=arguments, surface=Surface.OPENAPI)
+    except WaitBroken as exc:
+        # Accepted: its id and state, as the API's `wait: true` answers, never a 500 (or an
+        # HTML page) that would make the app call, and run, the tool again.
+        inv = exc.invocation
+        accepted = {"id": str(inv.pk), "status": inv.status, "message": exc.message()}
+        return _cors(request, JsonResponse(accepted, status=202, headers={"X-ToolHub-Invocation": str(inv.pk)}))
+    except DatabaseError:
+        # Before anything was accepted (the database refused the invocation itself).
+        dbretry.reconnect()
+        return _cors(request, _errors(503, dbretry.UNAVAILABLE, headers={"Retry-After": "1"}))
     except run_services.InvocationRejected as exc:
         body = {"errors": [{"message": m, "field": f, "line": None} for m, f in exc.errors]}
         return _cors(request, JsonResponse(body, status=exc.status))

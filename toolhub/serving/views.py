@@ -1,14 +1,17 @@
-"""The Connect tab of a toolkit: the URLs and snippets an LLM app needs, with copy buttons."""
+"""The Connect page (every host an LLM app may be, filled in for one credential) and each
+toolkit's Connect tab: the URLs and snippets an LLM app needs, with copy buttons."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
@@ -16,10 +19,46 @@ from django.views.decorators.http import require_GET
 from toolhub.accounts.models import DEFAULT_USER_HEADER, ClientCredential
 from toolhub.accounts.roles import admin_required, is_admin
 from toolhub.runs.models import Invocation, RunStatus, Surface
+from toolhub.runs.rendering import render_markdown
 from toolhub.serving.catalog import catalog
 from toolhub.serving.limits import SERVED_SURFACES
+from toolhub.toolkits.access import toolkit_usable_by
 from toolhub.toolkits.selectors import get_toolkit_for_user
-from toolhub.toolkits.views import detail_context
+from toolhub.toolkits.views.toolkit import detail_context
+
+# The credentials an admin may pick from on the Connect page (newest first, the rest by name
+# on the Clients page).
+CONNECT_CREDENTIALS = 200
+
+
+@login_required
+@require_GET
+def connect_page(request: HttpRequest) -> HttpResponse:
+    """One block per host (Open WebUI over OpenAPI and over MCP, LibreChat, Dify, RAGFlow, any
+    MCP client) with what to type where, for the chosen credential: admins pick one of the
+    client credentials, anyone may use their own API token. The token itself is never shown
+    again (only its hash is kept): it is pasted into the page's token field, and the page's
+    script fills it into the snippets in the browser."""
+    base = request.build_absolute_uri("/").rstrip("/")
+    admin = is_admin(request.user)
+    credentials = list(ClientCredential.objects.active().order_by("name")[:CONNECT_CREDENTIALS]) if admin else []
+    chosen = None
+    client_id = request.GET.get("client", "")
+    if admin and client_id.isdigit():
+        chosen = next((c for c in credentials if c.pk == int(client_id)), None)
+    # A toolkit's own URLs when one is named and the person may use it; else every toolkit.
+    toolkit = None
+    slug = request.GET.get("toolkit", "")[:64]
+    if slug:
+        toolkit = toolkit_usable_by(request.user, slug)
+    suffix = f"/{toolkit.slug}" if toolkit is not None else ""
+    header = chosen.user_header if chosen is not None and chosen.acts_for_users else ""
+    return render(request, "serving/connect_page.html", {
+        "credentials": credentials, "chosen": chosen, "client_id": client_id, "is_admin": admin,
+        "toolkit": toolkit, "header": header, "openwebui_header": DEFAULT_USER_HEADER,
+        "mcp_url": f"{base}/mcp{suffix}", "openapi_url": f"{base}/openapi{suffix}",
+        "host_port": request.get_host(),
+    })
 
 
 @login_required
@@ -29,6 +68,7 @@ def toolkit_connect(request: HttpRequest, slug: str) -> HttpResponse:
     ctx = detail_context(request, toolkit, "connect")
     base = request.build_absolute_uri("/").rstrip("/")
     ctx.update(
+        connect_url=f"{reverse('connect')}?toolkit={toolkit.slug}",
         mcp_url=f"{base}/mcp/{toolkit.slug}",
         mcp_all_url=f"{base}/mcp",
         openapi_url=f"{base}/openapi/{toolkit.slug}",
@@ -38,6 +78,22 @@ def toolkit_connect(request: HttpRequest, slug: str) -> HttpResponse:
         can_create_clients=is_admin(request.user),
     )
     return render(request, "serving/connect.html", ctx)
+
+
+# The guides in docs/ that the dashboard shows (English, as written), by the name in their URL.
+GUIDES = {"connect": "connect.md", "toolkit-format": "toolkit-format.md"}
+
+
+@login_required
+@require_GET
+def guide(request: HttpRequest, name: str) -> HttpResponse:
+    """A guide from the repository's docs/, rendered as Markdown (raw HTML off, sanitised), so
+    the pages can link to it instead of naming a file."""
+    filename = GUIDES.get(name)
+    if filename is None:
+        raise Http404
+    text = (settings.BASE_DIR / "docs" / filename).read_text(encoding="utf-8")
+    return render(request, "serving/guide.html", {"content": render_markdown(text), "name": name})
 
 
 AUDIT_PERIODS = {"1": 1, "7": 7, "30": 30}

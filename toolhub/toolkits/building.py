@@ -68,7 +68,8 @@ def lock_for(revision: Revision, log: Log) -> str:
     if revision.lock and revision.environment_key:
         return revision.lock
     extra = environment_packages()
-    if not revision.requirements and not constraints and not extra:
+    texts = _build_requirements(revision, log)
+    if not texts and not constraints and not extra:
         # Nothing beyond the runtime's own needs: its committed lock is the answer.
         log("No requirements: using the runtime's own lock")
         return runtime_lock()
@@ -80,11 +81,24 @@ def lock_for(revision: Revision, log: Log) -> str:
         .order_by("-pk")
         .first()
     )
-    # A lock holds TOOLHUB_ENVIRONMENT_PACKAGES too, which may have changed since the twin's.
-    if twin is not None and not constraints and not extra:
+    # A lock holds TOOLHUB_ENVIRONMENT_PACKAGES too, which may have changed since the twin's;
+    # and what it holds of the optional packages depends on when it was built.
+    optional = any(r.get("optional") for r in revision.requirements)
+    if twin is not None and not constraints and not extra and not optional:
         log(f"Reusing the lock of {twin.toolkit_id}#{twin.number} (same requirements)")
         return twin.lock
-    return lock_compile(requirements=revision.requirement_texts, constraints=constraints, log=log)
+    return lock_compile(requirements=texts, constraints=constraints, log=log)
+
+
+def _build_requirements(revision: Revision, log: Log) -> list[str]:
+    """The requirements a build installs: all but the optional packages no admin approved
+    (the toolkit imports those under `try`/`except ImportError` and loads without them)."""
+    optional = [r["name"] for r in revision.requirements if r.get("optional")]
+    approved = set(optional) - packages.unapproved_names(optional)
+    left_out = sorted(set(optional) - approved)
+    if left_out:
+        log("Optional packages not approved, left out: " + ", ".join(left_out))
+    return [r["text"] for r in revision.requirements if not r.get("optional") or r["name"] in approved]
 
 
 def build(revision_id: int) -> None:

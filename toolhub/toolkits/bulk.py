@@ -19,7 +19,7 @@ from typing import Any
 from django.db import transaction
 
 from toolhub.accounts.roles import can_manage_toolkit
-from toolhub.toolkits import services
+from toolhub.toolkits import lifecycle, services
 from toolhub.toolkits.models import Toolkit
 from toolhub.toolkits.source_checks import MAX_SOURCE_BYTES, ToolkitSourceInvalid, slugify
 
@@ -44,11 +44,20 @@ class Verdict:
     tools: int = 0
     error: str = ""
     line: int | None = None
+    # For a new revision of a toolkit someone else owns: whose it is, and whether it waits for
+    # an admin's review before it serves (imported code is never the importer's own).
+    owner: str | None = None
+    review: str = ""
 
     def log_line(self) -> str:
         if self.outcome in (LOADED, UNCHANGED):
             verb = "Loaded" if self.outcome == LOADED else "Unchanged"
-            return f"{verb} toolkit {self.slug} revision {self.revision} ({self.tools} tools)"
+            line = f"{verb} toolkit {self.slug} revision {self.revision} ({self.tools} tools)"
+            if self.owner:
+                line += f": a new revision of {self.slug} (owner {self.owner})"
+            if self.review:
+                line += f", waits for an admin's review (it would receive {self.review})"
+            return line
         where = f"line {self.line}: " if self.line else ""
         return f"Refused {self.name}: {where}{self.error}"
 
@@ -56,6 +65,7 @@ class Verdict:
         return {
             "name": self.name, "outcome": self.outcome, "slug": self.slug, "revision": self.revision,
             "tools": self.tools, "error": self.error or None, "line": self.line,
+            "owner": self.owner, "waits_for_review": bool(self.review), "review": self.review or None,
         }
 
 
@@ -69,20 +79,26 @@ def _refused(name: str, exc: ToolkitSourceInvalid, slug: str | None = None) -> V
 
 
 def _store(*, name: str, source: str | bytes, slug: str, user, filename: str, may_revise) -> Verdict:
-    """Create the toolkit `slug`, or add a revision to it when it exists and `may_revise`."""
-    existing = Toolkit.objects.filter(slug=slug).first()
+    """Create the toolkit `slug`, or add a revision to it when it exists and `may_revise`.
+    The code is stored as imported: it is reviewed like an author's upload, whoever imports it."""
+    existing = Toolkit.objects.select_related("owner").filter(slug=slug).first()
     try:
         if existing is None:
-            result = services.toolkit_create(source=source, user=user, slug=slug, filename=filename)
+            result = services.toolkit_create(source=source, user=user, slug=slug, filename=filename, imported=True)
         elif may_revise(existing):
-            result = services.revision_upload(toolkit=existing, source=source, user=user, filename=filename)
+            result = services.revision_upload(toolkit=existing, source=source, user=user, filename=filename, imported=True)
         else:
-            raise services.SlugTaken(slug, free=services.free_slug(slug))
+            raise services.slug_taken(slug, user=user)
     except ToolkitSourceInvalid as exc:
         return _refused(name, exc, slug)
     revision = result.revision
     outcome = LOADED if result.created else UNCHANGED
-    return Verdict(name, outcome, slug=slug, revision=revision.number, tools=len(revision.tool_names))
+    owner = existing.owner if existing is not None and existing.owner_id != getattr(user, "pk", None) else None
+    return Verdict(
+        name, outcome, slug=slug, revision=revision.number, tools=len(revision.tool_names),
+        owner=owner.get_username() if owner is not None else None,
+        review=lifecycle.review_needed(revision) if result.created and existing is not None else "",
+    )
 
 
 # -- A folder ----------------------------------------------------------------------------------

@@ -8,6 +8,11 @@ makes a revision its toolkit's current one.
                                                                   └─> awaiting_review ─(approved)─> ready
                                                                             └─(rejected)─> rejected
 
+Tool tests (docs/tool-tests.md): when the toolkit has saved tests, introspection is followed by
+a third step of `building`, "Running its N tests" (queue `sandbox`, a ToolTestRun with
+gate=True); passing goes on as above, failing holds the revision in `awaiting_review` with the
+failed cases named, where an admin may still approve it with a reason (recorded on the run).
+
 `awaiting_review`: introspected (which hands the code no Valves and no network), but uploaded
 by someone who is not an admin to a toolkit that holds secret Valves an admin set or an
 egress grant. It cannot become current until an admin approves it (`review_decide`); the
@@ -43,7 +48,7 @@ from toolhub.heartbeat import Beat
 from toolhub.packages import index_checks
 from toolhub.packages import services as packages
 from toolhub.packages.models import Approval, Package, PackageRequest
-from toolhub.toolkits.models import Review, Revision, Status, Toolkit
+from toolhub.toolkits.models import Review, Revision, Status, Toolkit, ToolTest, ToolTestRun, ToolTestStatus
 from toolhub.toolkits.valves import admin_secrets_set
 
 # Where a revision can be submitted again from (the Retry button).
@@ -53,6 +58,8 @@ RETRYABLE = (Status.FAILED, Status.REJECTED, Status.AWAITING_APPROVAL)
 # name: the tasks call this module, so it must not import them.
 BUILD_TASK = "toolhub.toolkits.tasks.build_revision"
 INTROSPECT_TASK = "toolhub.toolkits.tasks.introspect_revision"
+# Registered by toolhub.runs.tasks: running a tool needs the invocation engine.
+TEST_TASK = "toolhub.runs.tasks.revision_tests"
 
 
 logger = logging.getLogger(__name__)
@@ -67,6 +74,9 @@ REVIEW_SECRETS = "the secret Valves %(names)s"
 REVIEW_GRANT = "the network egress grant"
 REVIEW_BOTH = "the secret Valves %(names)s and the network egress grant"
 REVIEW_REJECTED = "Rejected in review by %(admin)s: %(reason)s"
+TESTING = "Running its %(n)s tests"
+TESTS_FAILED = "%(failed)s of its %(total)s tests failed (%(names)s); an admin may still approve it."
+TESTS_REPLACED = "Replaced by a new run of the revision's tests."
 
 # A worker running a step beats this often; one silent for STEP_DEAD_AFTER_SECONDS has stopped.
 STEP_HEARTBEAT_SECONDS = 5.0
@@ -117,8 +127,11 @@ def submit(*, revision: Revision, extra_names: dict[str, str] | None = None) -> 
     `extra_names` are transitive names found in its lock (name -> pinned specifier)."""
     wanted = {r["name"]: r["specifier"] for r in revision.requirements}
     inferred = {r["name"]: (r["inferred"]["module"], r["inferred"]["line"]) for r in revision.requirements if r.get("inferred")}
+    optional = [r["name"] for r in revision.requirements if r.get("optional")]
     with transaction.atomic():
-        packages.requests_record(revision_id=revision.pk, wanted=wanted, transitive=extra_names or {}, inferred=inferred)
+        packages.requests_record(
+            revision_id=revision.pk, wanted=wanted, transitive=extra_names or {}, inferred=inferred, optional=optional
+        )
         evaluate(revision=revision)
         # So that the approval queue already knows what the index says when an admin opens it.
         index_checks.queue_checks_for([*wanted, *(extra_names or {})])
@@ -147,7 +160,8 @@ def retry(*, revision_id: int) -> Revision | None:
     click queues one build, not two."""
     with transaction.atomic():
         revision = Revision.objects.select_for_update().filter(pk=revision_id).first()
-        if revision is None or revision.status not in RETRYABLE:
+        # A revision rejected in review stays rejected: its author uploads a new one.
+        if revision is None or revision.status not in RETRYABLE or revision.review == Review.REJECTED:
             return None
         revision.lock = ""
         revision.environment_key = ""
@@ -289,6 +303,7 @@ def step_heartbeat(revision_id: int) -> Beat:
     return Beat(tick, every=STEP_HEARTBEAT_SECONDS)
 
 
+@dbretry.retried("recording a build's progress")
 def build_progress(*, revision_id: int, detail: str, **fields: object) -> None:
     """A step of a running build (its detail, and what the step produced, e.g. the lock)."""
     Revision.objects.filter(pk=revision_id).update(status_detail=detail, **fields)
@@ -312,6 +327,7 @@ def build_needs_source(*, revision_id: int, name: str, reason: str) -> None:
     fail(revision_id=revision_id, reason=reason)
 
 
+@dbretry.retried("recording a built environment")
 def built(*, revision_id: int, environment_key: str) -> None:
     """The environment is ready: inspect the toolkit in the sandbox next. A fresh clock for
     introspection too, as it may wait behind invocations on the sandbox queue."""
@@ -323,6 +339,7 @@ def built(*, revision_id: int, environment_key: str) -> None:
     queue_step(INTROSPECT_TASK, revision_id)
 
 
+@dbretry.retried("recording a failed build")
 def fail(*, revision_id: int, reason: str, traceback: str | None = None) -> None:
     """A build or introspection failed; `traceback` (shown to owner and admins) when known."""
     revision = Revision.objects.get(pk=revision_id)
@@ -333,6 +350,7 @@ def fail(*, revision_id: int, reason: str, traceback: str | None = None) -> None
     _set(revision, Status.FAILED, reason, *fields)
 
 
+@dbretry.retried("recording an introspected revision")
 def ready(*, revision: Revision, tools: list, valves_schema: dict | None, user_valves_schema: dict | None,
           plugin_metadata: dict | None) -> None:
     """Introspection succeeded: store what the toolkit defines, and promote the revision."""
@@ -341,6 +359,14 @@ def ready(*, revision: Revision, tools: list, valves_schema: dict | None, user_v
     revision.user_valves_schema = user_valves_schema
     revision.plugin_metadata = plugin_metadata
     revision.traceback = ""
+    # The toolkit's saved tests run against it first; tests_done() goes on from here.
+    if tests_begin(revision=revision):
+        return
+    _proceed(revision)
+
+
+def _proceed(revision: Revision) -> None:
+    """Introspected (and its tests passed): wait for review if it must, else promote it."""
     held_for = review_needed(revision)
     if held_for:
         revision.set_status(Status.AWAITING_REVIEW, AWAITING_REVIEW % {"what": held_for})
@@ -349,6 +375,66 @@ def ready(*, revision: Revision, tools: list, valves_schema: dict | None, user_v
     revision.set_status(Status.READY, "")
     revision.save()
     promote(revision=revision)
+
+
+# ------------------------------------------------------------------------------------------
+# Tool tests: the step between introspection and `ready` for a toolkit that has saved tests.
+# The worker's side is toolhub.runs.tool_tests; it calls tests_claim, tests_progress and
+# tests_done. The step is a step like the others: beaten, resent and reaped as they are.
+
+
+def tests_begin(*, revision: Revision) -> bool:
+    """Store what introspection found and queue the toolkit's tests against the revision;
+    False (and nothing done) when the toolkit has none."""
+    total = ToolTest.objects.filter(toolkit_id=revision.toolkit_id).count()
+    if not total:
+        return False
+    revision.set_status(Status.BUILDING, TESTING % {"n": total})
+    revision.save()
+    # A run of an earlier attempt (the revision was retried after its worker died) ends here.
+    ToolTestRun.objects.filter(revision=revision, gate=True, status__in=[ToolTestStatus.QUEUED, ToolTestStatus.RUNNING]).update(
+        status=ToolTestStatus.FAILED, finished_at=timezone.now(), error=TESTS_REPLACED
+    )
+    ToolTestRun.objects.create(
+        toolkit_id=revision.toolkit_id, revision=revision, gate=True, total=total, started_by_id=revision.uploaded_by_id
+    )
+    queue_step(TEST_TASK, revision.pk)
+    return True
+
+
+def tests_claim(*, revision_id: int) -> bool:
+    return step_claim(revision_id=revision_id, task_name=TEST_TASK)
+
+
+def tests_progress(*, revision_id: int) -> None:
+    """A case finished: each case is bounded by the sandbox's limits, so the step's clock (the
+    reaper's OVERDUE) starts again with each."""
+    Revision.objects.filter(pk=revision_id, status=Status.BUILDING, task_name=TEST_TASK).update(
+        status_changed_at=timezone.now()
+    )
+
+
+def tests_done(*, revision_id: int, failed: list[str], total: int) -> None:
+    """The gate run ended: go on as after introspection, or hold the revision for an admin,
+    naming the cases that failed. Nothing happens to a revision no longer at this step (the
+    reaper failed it, or it was retried)."""
+    with transaction.atomic():
+        revision = Revision.objects.select_for_update().filter(
+            pk=revision_id, status=Status.BUILDING, task_name=TEST_TASK
+        ).first()
+        if revision is None:
+            return
+        if not failed:
+            _proceed(revision)
+            return
+        names = ", ".join(failed[:5]) + (", …" if len(failed) > 5 else "")
+        _set(revision, Status.AWAITING_REVIEW, TESTS_FAILED % {"failed": len(failed), "total": total, "names": names})
+
+
+def tests_failed(revision: Revision) -> ToolTestRun | None:
+    """The revision's last gate run, when it failed (an admin's approval then needs a reason)."""
+    run = ToolTestRun.objects.filter(revision=revision, gate=True).order_by("-created_at", "-id").first()
+    return run if run is not None and run.status == ToolTestStatus.FAILED else None
 
 
 # ------------------------------------------------------------------------------------------
@@ -369,11 +455,22 @@ def review_needed(revision: Revision) -> str:
 
 def review_decide(*, revision_id: int, user: User, approve: bool, reason: str = "") -> Revision | None:
     """An admin approves (it becomes ready and current) or rejects (the current revision
-    stays) a revision awaiting review. None when it no longer awaits review."""
+    stays) a revision awaiting review. None when it no longer awaits review. Approving one
+    whose tests failed needs a reason, recorded on its test run (ToolTestRun, "overridden")."""
     with transaction.atomic():
         revision = Revision.objects.select_for_update().filter(pk=revision_id, status=Status.AWAITING_REVIEW).first()
         if revision is None:
             return None
+        failed_run = tests_failed(revision) if approve else None
+        if failed_run is not None:
+            # Approved although its tests failed: who, when and why stay on the run.
+            if not reason:
+                raise ValueError("approving a revision whose tests failed needs a reason")
+            failed_run.status = ToolTestStatus.OVERRIDDEN
+            failed_run.overridden_by = user
+            failed_run.overridden_at = timezone.now()
+            failed_run.override_reason = reason
+            failed_run.save(update_fields=["status", "overridden_by", "overridden_at", "override_reason"])
         revision.review = Review.APPROVED if approve else Review.REJECTED
         revision.reviewed_by = user
         revision.reviewed_at = timezone.now()

@@ -85,12 +85,16 @@ class Toolkit(models.Model):
     def latest_revision(self) -> Revision | None:
         return self.revisions.order_by("-number").first()
 
-    def entrust_current_revision(self, by) -> None:
+    def entrust_current_revision(self, by, *, number: int | None = None) -> None:
         """An admin who sets the toolkit's Valves or grants it egress does so for the code
-        that is current: that revision counts as approved by them (Revision.entrusted)."""
+        that is current: that revision counts as approved by them (Revision.entrusted). With
+        `number`, only if the current revision is still that one (the one the admin saw)."""
         # The current revision as stored now, not as this instance last read it.
         current = Toolkit.objects.filter(pk=self.pk).values("current_revision_id")
-        Revision.objects.filter(pk__in=current).exclude(review=Review.APPROVED).update(
+        revisions = Revision.objects.filter(pk__in=current)
+        if number is not None:
+            revisions = revisions.filter(number=number)
+        revisions.exclude(review=Review.APPROVED).update(
             review=Review.APPROVED, reviewed_by=by, reviewed_at=timezone.now()
         )
 
@@ -151,6 +155,9 @@ class Revision(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     reviewed_at = models.DateTimeField(null=True, blank=True)
+    # Brought in by an import (an Open WebUI export, a folder, `manage.py import_toolkits`):
+    # the code is not the importing admin's own, so it is trusted only once reviewed.
+    imported = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-number"]
@@ -167,8 +174,9 @@ class Revision(models.Model):
     @property
     def entrusted(self) -> bool:
         """May this revision's code receive the secret Valves an admin set and the egress
-        grant? Only when an admin uploaded or approved it (also checked when a run starts)."""
-        return self.review == Review.APPROVED or is_admin(self.uploaded_by)
+        grant? Only when an admin wrote it (uploaded it, not imported it) or approved it in
+        review (also checked when a run starts)."""
+        return self.review == Review.APPROVED or (not self.imported and is_admin(self.uploaded_by))
 
     @cached_property
     def open_webui_imports(self) -> list[ImportSite]:
@@ -195,7 +203,8 @@ class Revision(models.Model):
 
     @property
     def requirement_texts(self) -> list[str]:
-        return [r["text"] for r in self.requirements]
+        """What the toolkit needs (the optional packages of guarded imports left out)."""
+        return [r["text"] for r in self.requirements if not r.get("optional")]
 
 
 class ValveSet(models.Model):
@@ -245,3 +254,7 @@ class HistoryEntry(models.Model):
 
     class Meta:
         ordering = ["-at", "-id"]
+
+
+# Saved tool tests and their runs live in a module of their own.
+from toolhub.toolkits.models_tool_tests import ToolTest, ToolTestResult, ToolTestRun, ToolTestStatus  # noqa: E402,F401

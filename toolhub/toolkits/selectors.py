@@ -5,9 +5,11 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterator
 
+from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
+from toolhub.accounts.roles import can_manage_toolkit
 from toolhub.toolkits.access import toolkit_to_call, toolkit_usable_by, usable_filter
 from toolhub.toolkits.models import Revision, Status, Toolkit
 
@@ -43,6 +45,15 @@ def get_toolkit_for_user(*, user, slug: str) -> Toolkit:
     toolkit = toolkit_usable_by(user, slug)
     if toolkit is None:
         raise Http404
+    return toolkit
+
+
+def get_toolkit_to_manage(*, user, slug: str, refusal: str) -> Toolkit:
+    """get_toolkit_for_user for changing the toolkit: its owner and admins get it, anyone else
+    who may use it is refused with `refusal` (403), everyone else gets 404."""
+    toolkit = get_toolkit_for_user(user=user, slug=slug)
+    if not can_manage_toolkit(user, toolkit):
+        raise PermissionDenied(refusal)
     return toolkit
 
 

@@ -1,21 +1,14 @@
-"""Static checks of an uploaded toolkit file.
+"""Static checks of an uploaded toolkit file: `parse_toolkit_source` and what it returns.
 
 The file is only read as text and through `ast`: nothing imports, compiles or runs the uploaded code,
-because its author is treated as hostile. No Django imports, so views, the API, commands and tests can
-share this module.
-
-Frontmatter: `openwebui_frontmatter` re-implements Open WebUI's `extract_frontmatter` rule by rule
-(first `splitlines` line stripped must be exactly three double quotes; later lines are read until one
-*contains* them; `^\\s*([a-z_]+):\\s*(.*)\\s*$`, case-insensitive, key case kept, value stripped,
-last duplicate wins). `parse_frontmatter` reads the docstring body with the same rules, so both agree
-on every file Open WebUI accepts; before the opening line it also skips a BOM, a shebang, comments and
-blank lines, and it accepts `'''` (then a line containing `'''` ends it). Not accepted, on
-purpose: text on the opening line and string prefixes (`r\"\"\"`), because a prose docstring such as
-`\"\"\"Note: slow.\"\"\"` would turn into metadata. `licence` becomes `license` in
+because its author is treated as hostile. The checks are in three modules: the frontmatter and its
+`requirements:` line (`source_frontmatter`), the imports (`source_imports`), and here the decoding,
+the toolkit class, its tools, the counts and the names. Their messages use Django's gettext, so a
+page and the API answer in the reader's language (line numbers and names are placeholders); nothing
+else of Django is used, and no database. `licence` in the frontmatter becomes `license` in
 `ParsedToolkit.manifest` only.
 
-The messages of `SourceError` are in the active language (gettext; line numbers and names are
-placeholders), so a page and the API answer in the reader's language.
+The names other modules use are importable from here.
 """
 
 from __future__ import annotations
@@ -31,44 +24,46 @@ from urllib.parse import urlsplit
 
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
-from packaging.requirements import InvalidRequirement
-from packaging.requirements import Requirement as _PackagingRequirement
-from packaging.utils import canonicalize_name
 
-from toolhub.packages.import_names import distribution_for, needs_distribution
+from toolhub.packages.import_names import distribution_for, name_provides, needs_distribution
+from toolhub.toolkits.source_frontmatter import (
+    MAX_NAME_CHARS,
+    MAX_REQUIREMENTS,
+    MAX_SPECIFIER_CHARS,
+    Requirement,
+    SourceError,
+    frontmatter_entries,
+    openwebui_frontmatter,
+    parse_frontmatter,
+    parse_requirements,
+)
+from toolhub.toolkits.source_imports import (
+    OPEN_WEBUI_PACKAGE,
+    ImportSite,
+    InferredRequirement,
+    import_sites,
+    import_sites_in,
+    imported_names,
+    literal_string,
+)
+
+__all__ = [
+    "MAX_HOSTS", "MAX_IMPORTS", "MAX_NAME_CHARS", "MAX_REQUIREMENTS", "MAX_SOURCE_BYTES", "MAX_SPECIFIER_CHARS",
+    "MAX_TOOLS", "OPEN_WEBUI_PACKAGE", "ImportSite", "InferredRequirement", "ParsedToolkit", "Requirement",
+    "SourceError", "ToolkitSourceInvalid", "import_sites_in", "openwebui_frontmatter", "parse_frontmatter",
+    "parse_toolkit_source", "slugify",
+]
 
 MAX_SOURCE_BYTES = 512 * 1024
-# Counts and lengths a toolkit may not exceed: each requirement becomes a package row and
-# a line in the admins' queue, and every name is stored in a column of this length.
-MAX_REQUIREMENTS = 100
+# Counts a toolkit may not exceed (the requirements' and names' limits are in source_frontmatter).
 MAX_IMPORTS = 300
 MAX_HOSTS = 300
 MAX_TOOLS = 200
-MAX_NAME_CHARS = 200
-MAX_SPECIFIER_CHARS = 200
 
-_KEY_LINE = re.compile(r"^\s*([a-z_]+):\s*(.*)\s*$", re.IGNORECASE)
-_OPENERS = ('"""', "'''")
 _KEY_ALIASES = {"licence": "license"}
-_URL_SCHEME = re.compile(r"^[a-z][a-z0-9+.\-]*://", re.IGNORECASE)
-_PATH_START = re.compile(r"^(file:|[./\\]|~(?!=)|[a-z]:[\\/])", re.IGNORECASE)
-_ARCHIVES = (".whl", ".zip", ".tar", ".gz", ".tgz", ".bz2", ".tbz", ".xz", ".txz")
-_SPECIFIER_START = re.compile(r"^(===|==|!=|~=|<=|>=|<|>)")
 _URL_IN_TEXT = re.compile(r"https?://[^\s'\"<>\\]+", re.IGNORECASE)
 _PROPERTIES = {"property", "cached_property", "setter", "getter", "deleter"}
 _Function = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-@dataclass(frozen=True)
-class SourceError:
-    """One problem with an uploaded file; `line` and `column` are 1-based."""
-
-    message: str
-    line: int | None = None
-    column: int | None = None
-    field: str = "source"
-    # A stable name of the check (such as "too_large") for the API and for tests.
-    code: str = ""
 
 
 class ToolkitSourceInvalid(Exception):
@@ -77,44 +72,6 @@ class ToolkitSourceInvalid(Exception):
     def __init__(self, errors: list[SourceError]) -> None:
         self.errors = sorted(errors, key=lambda e: (e.line or 0, e.column or 0))
         super().__init__("; ".join(e.message for e in self.errors))
-
-
-@dataclass(frozen=True)
-class Requirement:
-    name: str
-    specifier: str
-    text: str
-    line: int | None = None
-
-
-@dataclass(frozen=True)
-class ImportSite:
-    """One module an import statement names. `module` is the dotted name as written
-    (`open_webui.models.users`); `optional` when the statement can fail without the
-    toolkit failing: inside a `try` whose handlers catch `ImportError` (or a base of it),
-    or under `if TYPE_CHECKING:`, which never runs."""
-
-    module: str
-    line: int
-    optional: bool = False
-
-    @property
-    def top(self) -> str:
-        return self.module.split(".")[0]
-
-
-# The top-level package of Open WebUI itself, which no environment can provide.
-OPEN_WEBUI_PACKAGE = "open_webui"
-
-
-@dataclass(frozen=True)
-class InferredRequirement:
-    """A distribution a toolkit imports without declaring it: `name` (canonical) from the
-    import of `module` on `line` (its first import that is not optional)."""
-
-    name: str
-    module: str
-    line: int
 
 
 @dataclass(frozen=True)
@@ -163,18 +120,30 @@ class ParsedToolkit:
         for site in self.import_sites:
             if site.optional or not needs_distribution(site.top, kind=self.kind):
                 continue
-            name = distribution_for(site.top, mappings)
+            name = distribution_for(site.module, mappings)
+            # A declared requirement whose name says it provides the module wins over the
+            # table's guess (`honcho-ai` declared, `import honcho`).
+            if name is None or any(name_provides(d, site.top) for d in declared):
+                continue
             if name not in declared and name not in found:
                 found[name] = InferredRequirement(name, site.top, site.line)
         return list(found.values())
 
-
-@dataclass(frozen=True)
-class _Entry:
-    key: str
-    value: str
-    line: int
-    column: int  # Where the value starts.
+    def optional_requirements(self, mappings: Mapping[str, str] | None = None) -> list[InferredRequirement]:
+        """The distributions of imports guarded by `try`/`except ImportError` that nothing
+        else asks for: the toolkit loads without them, so they are offered to admins as
+        optional packages (never under `if TYPE_CHECKING:`, which never runs)."""
+        asked = {requirement.name for requirement in self.requirements}
+        asked |= {requirement.name for requirement in self.infer_requirements(mappings)}
+        found: dict[str, InferredRequirement] = {}
+        for site in self.import_sites:
+            if not (site.optional and site.runs) or not needs_distribution(site.top, kind=self.kind):
+                continue
+            name = distribution_for(site.module, mappings)
+            if name is None or name in asked or name in found or any(name_provides(d, site.top) for d in asked):
+                continue
+            found[name] = InferredRequirement(name, site.top, site.line)
+        return list(found.values())
 
 
 @dataclass(frozen=True)
@@ -202,165 +171,6 @@ class _Report:
         self.errors.append(SourceError(message, line, column, code=code))
 
 
-# -- Frontmatter --------------------------------------------------------------------------
-
-
-def openwebui_frontmatter(source: str) -> dict[str, str]:
-    """Open WebUI's frontmatter reading, rule for rule: the reference of parity tests."""
-    lines = source.splitlines()
-    if not lines or lines[0].strip() != '"""':
-        return {}
-    result: dict[str, str] = {}
-    for line in lines[1:]:
-        if '"""' in line:
-            break
-        match = _KEY_LINE.match(line)
-        if match:
-            result[match.group(1).strip()] = match.group(2).strip()
-    return result
-
-
-def parse_frontmatter(source: str) -> dict[str, str]:
-    """Open WebUI's rules, plus `'''` and a BOM, shebang or comments before the docstring."""
-    return {entry.key: entry.value for entry in _frontmatter_entries(source)}
-
-
-def _pieces(source: str) -> list[tuple[str, int, int, bool]]:
-    """Cut lines as `str.splitlines` does (like Open WebUI), keeping Python's real lines.
-
-    `splitlines` also cuts at form feeds, `\\x1c`-`\\x1e`, NEL and U+2028/9, which end no
-    line for Python or an editor. Each piece carries its real line, the column where it
-    starts and whether it ends a real line, so errors point at the line a person sees.
-    """
-    pieces = []
-    line, column = 1, 0
-    for raw in source.splitlines(keepends=True):
-        ends_line = raw.endswith(("\n", "\r"))
-        pieces.append((raw.splitlines()[0], line, column, ends_line))
-        line, column = (line + 1, 0) if ends_line else (line, column + len(raw))
-    return pieces
-
-
-def _frontmatter_entries(source: str) -> list[_Entry]:
-    pieces = _pieces(source)
-    start, in_comment = None, False
-    for index, (text, _line, _column, ends_line) in enumerate(pieces):
-        stripped = (text.removeprefix("\ufeff") if index == 0 else text).strip()
-        if in_comment or stripped.startswith("#"):
-            # A comment runs to the real end of its line, even past a form feed.
-            in_comment = not ends_line
-            continue
-        if stripped:
-            start = index if stripped in _OPENERS else None
-            break
-    if start is None:
-        return []
-    closer = pieces[start][0].strip()
-    entries = []
-    for text, line, column, _ends_line in pieces[start + 1 :]:
-        if closer in text:
-            break
-        match = _KEY_LINE.match(text)
-        if match:
-            key, value = match.group(1).strip(), match.group(2).strip()
-            entries.append(_Entry(key, value, line, column + match.start(2) + 1))
-    return entries
-
-
-# -- Requirements -------------------------------------------------------------------------
-
-
-def _parse_requirements(entry: _Entry, errors: list[SourceError]) -> list[Requirement]:
-    requirements = []
-    offset = 0
-    for raw in entry.value.split(","):
-        token = raw.strip()
-        column = entry.column + offset + len(raw) - len(raw.lstrip())
-        offset += len(raw) + 1
-        if not token:
-            # An empty token (from `a, b,` or an empty `requirements:`) asks for
-            # nothing, so it is skipped rather than refused.
-            continue
-        problem, code = _requirement_problem(token)
-        if problem:
-            message = problem % {"token": token, "line": entry.line}
-            errors.append(SourceError(message, entry.line, column, code=code))
-            continue
-        parsed = _PackagingRequirement(token)
-        name, specifier = canonicalize_name(parsed.name), str(parsed.specifier)
-        if len(name) > MAX_NAME_CHARS or len(specifier) > MAX_SPECIFIER_CHARS:
-            shown = token if len(token) <= 60 else token[:57] + "..."
-            if len(name) > MAX_NAME_CHARS:
-                too_long = _("`%(token)s` in `requirements:` on line %(line)s has a name longer than %(limit)s characters.")
-            else:
-                too_long = _(
-                    "`%(token)s` in `requirements:` on line %(line)s has a version specifier longer than %(limit)s"
-                    " characters."
-                )
-            limit = MAX_NAME_CHARS if len(name) > MAX_NAME_CHARS else MAX_SPECIFIER_CHARS
-            message = too_long % {"token": shown, "line": entry.line, "limit": limit}
-            errors.append(SourceError(message, entry.line, column, code="requirement_too_long"))
-            continue
-        requirements.append(Requirement(name, specifier, str(parsed), entry.line))
-    distinct = {r.name for r in requirements}
-    if len(distinct) > MAX_REQUIREMENTS:
-        message = ngettext(
-            "`requirements:` on line %(line)s lists %(count)s package; a toolkit may ask for at most %(limit)s.",
-            "`requirements:` on line %(line)s lists %(count)s packages; a toolkit may ask for at most %(limit)s.",
-            len(distinct),
-        ) % {"line": entry.line, "count": len(distinct), "limit": MAX_REQUIREMENTS}
-        errors.append(SourceError(message, entry.line, entry.column, code="too_many_requirements"))
-    return requirements
-
-
-def _requirement_problem(token: str) -> tuple[str, str]:
-    """Why a requirements token is refused (a message with `%(token)s` and `%(line)s` left to
-    fill) and the error code, or two empty strings."""
-    if token.startswith("-"):
-        option = _(
-            "`%(token)s` in `requirements:` on line %(line)s is a pip option, not a requirement. Indexes and other"
-            " pip options are settings of ToolHub, never of a toolkit."
-        )
-        return option, "requirement_option"
-    path = _(
-        "`%(token)s` in `requirements:` on line %(line)s is a file path. List packages by name and version,"
-        " such as `requests>=2`."
-    )
-    url = _(
-        "`%(token)s` in `requirements:` on line %(line)s is a URL. List packages by name and version,"
-        " such as `requests>=2`."
-    )
-    if _PATH_START.match(token):
-        return path, "requirement_path"
-    if _URL_SCHEME.match(token) or "://" in token:
-        return url, "requirement_url"
-    if token.lower().endswith(_ARCHIVES):
-        return path, "requirement_path"
-    try:
-        parsed = _PackagingRequirement(token)
-    except InvalidRequirement as exc:
-        if "/" in token or "\\" in token:
-            return path, "requirement_path"
-        # packaging's own explanation stays as it wrote it; %-signs in it are kept literal.
-        reason = str(exc).splitlines()[0].rstrip(".").replace("%", "%%")
-        if _SPECIFIER_START.match(token):
-            why = _(
-                "`%(token)s` in `requirements:` on line %(line)s is not a valid requirement: %(reason)s."
-                " Requirements are separated by commas, so a range like `>=4,<5` is cut in two; write it as one"
-                " clause, such as `~=4.0`."
-            )
-        else:
-            why = _("`%(token)s` in `requirements:` on line %(line)s is not a valid requirement: %(reason)s.")
-        return why.replace("%(reason)s", reason), "requirement_invalid"
-    if parsed.url:
-        pointed = _(
-            "`%(token)s` in `requirements:` on line %(line)s points at a URL (`%(url)s`). List packages by name"
-            " and version, such as `requests>=2`."
-        )
-        return pointed.replace("%(url)s", parsed.url.replace("%", "%%")), "requirement_url"
-    return "", ""
-
-
 # -- Decoding and parsing -----------------------------------------------------------------
 
 
@@ -378,7 +188,7 @@ def parse_toolkit_source(data: bytes | str, *, filename: str | None = None) -> P
     manifest: dict[str, str] = {}
     manifest_lines: dict[str, int] = {}
     requirements_entry = None
-    for entry in _frontmatter_entries(source):
+    for entry in frontmatter_entries(source):
         key = _KEY_ALIASES.get(entry.key, entry.key)
         manifest[key] = entry.value
         manifest_lines[key] = entry.line
@@ -387,7 +197,7 @@ def parse_toolkit_source(data: bytes | str, *, filename: str | None = None) -> P
             requirements_entry = entry
     requirements = []
     if requirements_entry:
-        requirements = _parse_requirements(requirements_entry, report.errors)
+        requirements = parse_requirements(requirements_entry, report.errors)
 
     # The class checks need a syntax tree; frontmatter errors are listed either way.
     tree = _parse_python(source, filename, report)
@@ -398,7 +208,7 @@ def parse_toolkit_source(data: bytes | str, *, filename: str | None = None) -> P
     cls = found.cls
     # One walk serves every list: walking a 512 KiB file's tree takes most of a second.
     nodes = list(ast.walk(tree))
-    imports, hosts = _imports(nodes), _hosts(nodes)
+    imports, hosts = imported_names(nodes), _hosts(nodes)
     _check_counts(cls, found, nodes, imports, hosts, report)
     if report.errors:
         raise ToolkitSourceInvalid(report.errors)
@@ -426,7 +236,7 @@ def parse_toolkit_source(data: bytes | str, *, filename: str | None = None) -> P
         hosts=hosts,
         suggested_slug=slugify(slug_source),
         manifest_lines=manifest_lines,
-        import_sites=_import_sites(tree),
+        import_sites=import_sites(tree),
     )
 
 
@@ -708,7 +518,7 @@ def _check_plugin(cls: ast.ClassDef, report: _Report) -> _Found:
             if any(isinstance(t, ast.Name) and t.id == "_version_" for t in targets):
                 version = node
     where = {"name": cls.name, "class_line": cls.lineno}
-    plugin_version = _literal(version.value) if version else None
+    plugin_version = literal_string(version.value) if version else None
     if version is None:
         message = _(
             'RAGFlow plugin `%(name)s` (line %(class_line)s) has no `_version_`; RAGFlow requires one, such as'
@@ -745,15 +555,9 @@ def _metadata_literals(function: _Function) -> dict[str, str]:
     for node in ast.walk(function):
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
             pairs = zip(node.value.keys, node.value.values, strict=True)
-            literals = {_literal(key): _literal(value) for key, value in pairs}
+            literals = {literal_string(key): literal_string(value) for key, value in pairs}
             return {k: v for k, v in literals.items() if k and v is not None}
     return {}
-
-
-def _literal(node: ast.expr | None) -> str | None:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    return None
 
 
 def _snake_case(name: str) -> str:
@@ -762,89 +566,6 @@ def _snake_case(name: str) -> str:
 
 
 # -- Facts for later review ---------------------------------------------------------------
-
-
-def _imports(nodes: list[ast.AST]) -> list[str]:
-    """Top-level module names imported anywhere, also dynamically by a literal name."""
-    names: set[str] = set()
-    for node in nodes:
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.add(node.module.split(".")[0])
-        elif isinstance(node, ast.Call) and node.args:
-            func, name = node.func, _literal(node.args[0])
-            dynamic = (isinstance(func, ast.Name) and func.id == "__import__") or (
-                isinstance(func, ast.Attribute) and func.attr == "import_module"
-            )
-            if dynamic and name and not name.startswith("."):
-                names.add(name.split(".")[0])
-    return sorted(names)
-
-
-_IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
-
-
-def _catches_import_error(handlers: list[ast.ExceptHandler]) -> bool:
-    for handler in handlers:
-        if handler.type is None:
-            return True  # a bare `except:`
-        caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-        for node in caught:
-            name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
-            if name in _IMPORT_ERRORS:
-                return True
-    return False
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    name = test.attr if isinstance(test, ast.Attribute) else getattr(test, "id", "")
-    return name == "TYPE_CHECKING"
-
-
-def _import_sites(tree: ast.Module) -> list[ImportSite]:
-    """Every module imported, with its line and whether the import is optional.
-
-    Walked with an explicit stack (like `ast.walk`), so deeply nested code that parsed
-    cannot exhaust the recursion limit here.
-    """
-    sites: list[ImportSite] = []
-    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
-    while stack:
-        node, optional = stack.pop()
-        if isinstance(node, ast.Import):
-            sites.extend(ImportSite(alias.name, node.lineno, optional) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            sites.append(ImportSite(node.module, node.lineno, optional))
-        elif isinstance(node, ast.Call) and node.args:
-            func, name = node.func, _literal(node.args[0])
-            dynamic = (isinstance(func, ast.Name) and func.id == "__import__") or (
-                isinstance(func, ast.Attribute) and func.attr == "import_module"
-            )
-            if dynamic and name and not name.startswith("."):
-                sites.append(ImportSite(name, node.lineno, optional))
-        if isinstance(node, ast.Try | ast.TryStar):
-            guarded = optional or _catches_import_error(node.handlers)
-            stack.extend((child, guarded) for child in node.body)
-            rest = [*node.handlers, *node.orelse, *node.finalbody]
-            stack.extend((child, optional) for child in rest)
-        elif isinstance(node, ast.If) and _is_type_checking(node.test):
-            stack.extend((child, True) for child in node.body)
-            stack.extend((child, optional) for child in node.orelse)
-        else:
-            stack.extend((child, optional) for child in ast.iter_child_nodes(node))
-    return sorted(sites, key=lambda site: (site.line, site.module))
-
-
-def import_sites_in(source: str) -> list[ImportSite]:
-    """The import sites of source that passed the checks before (stored revisions)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source)
-    except (SyntaxError, MemoryError, RecursionError, ValueError):
-        return []
-    return _import_sites(tree)
 
 
 def _hosts(nodes: list[ast.AST]) -> list[str]:

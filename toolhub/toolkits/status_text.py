@@ -51,6 +51,8 @@ FORMS = [
     gettext_noop("constraint %(constraint)s contradicts %(who)s, which requires %(requirement)s"),
     gettext_noop("%(name)s failed to build: %(detail)s"),
     gettext_noop("%(name)s failed to build"),
+    gettext_noop("%(tool)s stopped at the build's download limit of %(size)s"),
+    gettext_noop("%(tool)s opened more than %(count)s connections at once through the build's egress proxy"),
     gettext_noop("%(tool)s failed: %(error)s"),
     gettext_noop("%(tool)s exited with status %(status)s"),
     # Reviews (lifecycle.review_needed, review_decide); the more specific form first.
@@ -59,6 +61,11 @@ FORMS = [
     gettext_noop("the secret Valves %(names)s"),
     gettext_noop("the network egress grant"),
     gettext_noop("Rejected in review by %(admin)s: %(reason)s"),
+    # Tool tests (lifecycle.tests_begin, tests_done; toolhub.runs.tool_tests).
+    gettext_noop("Running its %(n)s tests"),
+    gettext_noop("%(failed)s of its %(total)s tests failed (%(names)s); an admin may still approve it."),
+    gettext_noop("The worker running these tests stopped before they finished."),
+    gettext_noop("Internal error while running the tests (%(error)s); see the worker log."),
 ]
 # Why an egress allowlist entry is refused (toolhub/sandbox/egress/rules.py, which has no
 # Django), shown on the toolkit's egress form.
@@ -79,6 +86,7 @@ RUN_ERRORS = [
     gettext_noop("The tool sent more than %(count)s bytes of events and was stopped."),
     gettext_noop("The tool hit a sandbox limit (%(limit)s) and was stopped."),
     gettext_noop("Internal error in the worker (%(error)s)."),
+    gettext_noop("The toolkit's environment could not be built on %(host)s: %(reason)s"),
     gettext_noop("The toolkit's environment could not be built: %(reason)s"),
     gettext_noop("The worker could not record the run: %(error)s"),
     gettext_noop("No worker could take the invocation (the broker is unavailable)."),
@@ -95,6 +103,26 @@ RUN_ERRORS = [
     gettext_noop("The model call failed: %(error)s"),
     gettext_noop("The strategy failed: %(error)s"),
     gettext_noop("The strategy ran longer than %(seconds)s s of its own time."),
+]
+# How a saved tool test's case failed and why a test run ended, as the worker stores them
+# (toolkits/tool_checks.py `evaluate`, runs/tool_tests.py, toolkits/tool_tests.py).
+TEST_MESSAGES = [
+    gettext_noop("The call succeeded; it was expected to fail."),
+    gettext_noop("The error does not contain %(value)s."),
+    gettext_noop("The call failed: %(error)s"),
+    gettext_noop("Check %(n)s (equals): the result differs."),
+    gettext_noop("Check %(n)s (contains): the result does not contain %(value)s."),
+    gettext_noop("Check %(n)s (regex): the regular expression ran longer than %(seconds)s s."),
+    gettext_noop("Check %(n)s (regex): the result does not match %(value)s."),
+    gettext_noop("Check %(n)s (json_path): the result has nothing at %(path)s."),
+    gettext_noop("Check %(n)s (json_path): the value at %(path)s differs."),
+    gettext_noop("This revision has no tool named %(tool)s."),
+    gettext_noop("The call did not finish."),
+    gettext_noop("The worker running these tests stopped before they finished."),
+    gettext_noop("No worker took these tests (is a worker serving the sandbox queue?)."),
+    gettext_noop("Internal error while running the tests (%(error)s); see the worker log."),
+    gettext_noop("Replaced by a new run of the revision's tests."),
+    gettext_noop("No worker could take the tests (the broker is unavailable)."),
 ]
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
@@ -131,6 +159,12 @@ def translate_run_error(text: str) -> str:
     # Only the worker's own words at the top: a tool's error such as "Upload failed: …" is the
     # tool's text; a build failure inside the worker's words is translated.
     return (_one(text, tuple(RUN_ERRORS), tuple(RUN_ERRORS + FORMS)) or text) if text else text
+
+
+def translate_test_message(text: str) -> str:
+    """A tool test's case message or run error in the active language when the worker wrote
+    it; a run's error inside "The call failed: …" is translated too, a tool's own is not."""
+    return (_one(text, tuple(TEST_MESSAGES), tuple(RUN_ERRORS)) or text) if text else text
 
 
 def translate_detail(text: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from toolhub.accounts.roles import is_admin
 from toolhub.toolkits import schema_forms
@@ -39,14 +40,17 @@ def load_values(*, toolkit: Toolkit, user=None) -> dict[str, Any]:
     return vault().decrypt_json(row.ciphertext) if row else {}
 
 
-def store_values(*, toolkit: Toolkit, values: dict[str, Any], user=None, by=None) -> None:
+def store_values(*, toolkit: Toolkit, values: dict[str, Any], user=None, by=None, shown_revision: int | None = None) -> None:
+    """Store (encrypted) a toolkit's Valves (`user` None) or a person's UserValves. An admin
+    saving the Valves entrusts the current revision with them: only the revision numbered
+    `shown_revision` (the one the admin's form was made for) when it is given."""
     ValveSet.objects.update_or_create(
         toolkit=toolkit,
         user=user,
         defaults={"ciphertext": vault().encrypt_json(values), "updated_at": timezone.now(), "updated_by": by},
     )
     if user is None and by is not None and is_admin(by):
-        toolkit.entrust_current_revision(by)
+        toolkit.entrust_current_revision(by, number=shown_revision)
 
 
 def _secret_names_by_toolkit(toolkit_ids: list[int]) -> dict[int, set[str]]:
@@ -98,16 +102,26 @@ def schema_secrets(schema: dict | None) -> set[str]:
 
 
 def values_save(
-    *, toolkit: Toolkit, schema: dict, submitted: dict[str, Any], user=None, by=None, clear: set[str] | None = None
+    *, toolkit: Toolkit, schema: dict, submitted: dict[str, Any], user=None, by=None, clear: set[str] | None = None,
+    shown_revision: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, list[str]]]:
     """Save submitted valve values, the one path for pages and the API: a secret sent as the
     mask (or left out) keeps its stored value, names in `clear` are emptied, the result is
     validated against the schema and stored only when valid. Returns the merged values and
-    the per-field errors (empty when saved); messages never echo a submitted value."""
+    the per-field errors (empty when saved); messages never echo a submitted value. With
+    `shown_revision`, nothing is saved unless that revision is still the current one."""
+    if shown_revision is not None:
+        current = Toolkit.objects.filter(pk=toolkit.pk).values_list("current_revision__number", flat=True).first()
+        if current != shown_revision:
+            message = _(
+                "The toolkit's current revision changed (it is now revision %(now)s) since this form showed revision "
+                "%(shown)s; nothing was saved. Look at the new revision and save again."
+            )
+            return {}, {schema_forms.ALL_ERRORS: [message % {"now": current, "shown": shown_revision}]}
     secrets = schema_secrets(schema)
     stored = load_values(toolkit=toolkit, user=user)
     values = merge_submitted(stored, submitted, secrets, clear or set())
     errors = schema_forms.validate(schema, values)
     if not errors:
-        store_values(toolkit=toolkit, values=values, user=user, by=by)
+        store_values(toolkit=toolkit, values=values, user=user, by=by, shown_revision=shown_revision)
     return values, errors

@@ -48,7 +48,6 @@ import re
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, field
 from typing import Self
 from urllib.parse import urlsplit
 
@@ -64,6 +63,7 @@ from toolhub.sandbox.egress.http import (
     split_head,
     strip_hop_by_hop,
 )
+from toolhub.sandbox.egress.relay import CHUNK, HostRecord, Progress, Upstream, cancel_all, copy_body, until_done
 from toolhub.sandbox.egress.rules import (
     EgressPolicy,
     IPNetwork,
@@ -93,8 +93,6 @@ MAX_OPEN_CLIENTS = 100
 # The report goes into the database; a toolkit that retries a refused host in a loop must not be
 # able to make it grow without bound, so later entries are only counted.
 MAX_RECORDED_ATTEMPTS = 100
-_CHUNK = 64 * 1024
-
 
 
 class _Refused(Exception):
@@ -109,8 +107,6 @@ class _Failed(Exception):
         self.status = status
 
 
-
-
 class _ByteLimitReached(Exception):
     pass
 
@@ -121,51 +117,6 @@ class _ClientGone(Exception):
 
 class _ServerStoppedReading(Exception):
     """The server closed its side while the request body was still being sent."""
-
-
-# The report
-
-
-@dataclass
-class _HostRecord:
-    host: str
-    port: int
-    addresses: set[str] = field(default_factory=set)
-    connections: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-
-
-@dataclass
-class _Upstream:
-    """One connection to a server, and the record its bytes are added to."""
-
-    record: _HostRecord
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-
-
-# Parsing
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # Defaults for the injectable parts
@@ -249,7 +200,7 @@ class EgressProxy:
 
     def _reset(self) -> None:
         """Start counting from nothing: the report and the limits are per invocation."""
-        self._hosts: dict[tuple[str, int], _HostRecord] = {}
+        self._hosts: dict[tuple[str, int], HostRecord] = {}
         self._refused: list[dict[str, object]] = []
         self._failed: list[dict[str, object]] = []
         self._dropped = 0
@@ -390,7 +341,7 @@ class EgressProxy:
         if name not in self._limits_reached:
             self._limits_reached.append(name)
 
-    def _charge(self, upstream: _Upstream, direction: str, size: int) -> None:
+    def _charge(self, upstream: Upstream, direction: str, size: int) -> None:
         """Count bytes against the invocation's budget before they are passed on."""
         if self._bytes_in + self._bytes_out + size > self.policy.max_bytes:
             self._limit_reached("bytes")
@@ -451,7 +402,7 @@ class EgressProxy:
             raise _Failed(f"could not resolve {name}: no addresses")
         return found
 
-    async def _open_upstream(self, host: str, port: int) -> _Upstream:
+    async def _open_upstream(self, host: str, port: int) -> Upstream:
         """Apply every check, then connect to one of the addresses that were checked."""
         # Once a transfer was cut at the limit, the invocation gets no new connections, even
         # if a few bytes of the budget are left.
@@ -484,10 +435,10 @@ class EgressProxy:
                 continue
             record = self._hosts.get((name, port))
             if record is None:
-                record = self._hosts[(name, port)] = _HostRecord(host=name, port=port)
+                record = self._hosts[(name, port)] = HostRecord(host=name, port=port)
             record.addresses.add(ip)
             record.connections += 1
-            return _Upstream(record, reader, writer)
+            return Upstream(record, reader, writer)
         status = 504 if all(e.endswith("timed out") for e in errors) else 502
         raise _Failed(f"could not connect to {name}:{port} ({'; '.join(errors)})", status)
 
@@ -560,7 +511,7 @@ class EgressProxy:
         self,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        upstream: _Upstream,
+        upstream: Upstream,
     ) -> None:
         """Pipe bytes both ways until the server is done or the byte budget runs out.
 
@@ -570,7 +521,7 @@ class EgressProxy:
         outgoing = asyncio.ensure_future(self._pipe(reader, upstream.writer, upstream, "out"))
         incoming = asyncio.ensure_future(self._pipe(upstream.reader, writer, upstream, "in"))
         try:
-            await _until_done(incoming, outgoing)
+            await until_done(incoming, outgoing)
         except _ByteLimitReached:
             self._record_attempt(
                 self._refused,
@@ -581,16 +532,16 @@ class EgressProxy:
         except OSError:
             pass
         finally:
-            await _cancel(outgoing, incoming)
+            await cancel_all(outgoing, incoming)
 
     async def _pipe(
         self,
         source: asyncio.StreamReader,
         sink: asyncio.StreamWriter,
-        upstream: _Upstream,
+        upstream: Upstream,
         direction: str,
     ) -> None:
-        while chunk := await source.read(_CHUNK):
+        while chunk := await source.read(CHUNK):
             self._charge(upstream, direction, len(chunk))
             sink.write(chunk)
             await sink.drain()
@@ -634,7 +585,7 @@ class EgressProxy:
     ) -> None:
         framing, length = body_framing(head.headers)
         upstream = await self._open_upstream(host, port)
-        progress = _Progress(method=head.method)
+        progress = Progress(method=head.method)
         body: asyncio.Future[None] | None = None
         response: asyncio.Future[None] | None = None
         try:
@@ -645,7 +596,7 @@ class EgressProxy:
             # send "100 Continue" before a client that asked for it sends the body.
             body = asyncio.ensure_future(self._send_body(reader, upstream, framing, length))
             response = asyncio.ensure_future(self._relay_response(writer, upstream, progress))
-            await _until_done(response, body)
+            await until_done(response, body)
         except _ByteLimitReached:
             if not progress.sent_head:
                 raise _Refused(self._byte_limit_message()) from None
@@ -661,10 +612,10 @@ class EgressProxy:
             if not progress.sent_head:
                 raise _Failed(f"{upstream.record.host}:{port} did not send a valid HTTP response") from None
         finally:
-            await _cancel(body, response)
+            await cancel_all(body, response)
             upstream.writer.close()
 
-    async def _send_body(self, reader: asyncio.StreamReader, upstream: _Upstream, framing: str, length: int) -> None:
+    async def _send_body(self, reader: asyncio.StreamReader, upstream: Upstream, framing: str, length: int) -> None:
         """Forward exactly the request body, so bytes after it never reach this server."""
 
         async def send(data: bytes) -> None:
@@ -676,14 +627,14 @@ class EgressProxy:
                 raise _ServerStoppedReading from None
 
         try:
-            await _copy_body(reader, send, framing, length)
+            await copy_body(reader, send, framing, length)
         except _ServerStoppedReading:
             # A server may answer early (413) and stop reading; its answer is still relayed.
             return
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             raise _ClientGone from None
 
-    async def _relay_response(self, writer: asyncio.StreamWriter, upstream: _Upstream, progress: _Progress) -> None:
+    async def _relay_response(self, writer: asyncio.StreamWriter, upstream: Upstream, progress: Progress) -> None:
         """Send the response on with its hop-by-hop headers replaced by `Connection: close`.
 
         The body is relayed by its own framing rather than until the server closes, because a
@@ -722,70 +673,10 @@ class EgressProxy:
             progress.sent_head = True
             break
         if framing == "eof":
-            while chunk := await upstream.reader.read(_CHUNK):
+            while chunk := await upstream.reader.read(CHUNK):
                 await send(chunk)
         else:
-            await _copy_body(upstream.reader, send, framing, length)
-
-
-async def _copy_body(
-    reader: asyncio.StreamReader,
-    send: Callable[[bytes], Awaitable[None]],
-    framing: str,
-    length: int,
-) -> None:
-    """Copy one message body as it is framed (bytes unchanged), stopping right after it."""
-    if framing == "length":
-        while length > 0:
-            chunk = await reader.read(min(length, _CHUNK))
-            if not chunk:
-                raise asyncio.IncompleteReadError(b"", length)
-            length -= len(chunk)
-            await send(chunk)
-    elif framing == "chunked":
-        while True:
-            size_line = await reader.readuntil(b"\r\n")
-            size_text = size_line.split(b";", 1)[0].strip()
-            if not re.fullmatch(rb"[0-9a-fA-F]{1,16}", size_text):
-                raise ConnectionError("invalid chunk size")
-            await send(size_line)
-            size = int(size_text, 16)
-            if size == 0:
-                # Trailer fields, then the empty line that ends the message.
-                while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
-                    await send(line)
-                await send(b"\r\n")
-                return
-            remaining = size + 2
-            while remaining > 0:
-                data = await reader.readexactly(min(remaining, _CHUNK))
-                remaining -= len(data)
-                await send(data)
-
-
-
-
-@dataclass
-class _Progress:
-    method: str
-    sent_head: bool = False
-
-
-async def _until_done(main: asyncio.Future[None], helper: asyncio.Future[None]) -> None:
-    """Wait for `main`; raise at once if either future fails (the helper may finish first)."""
-    pending: set[asyncio.Future[None]] = {main, helper}
-    while main in pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for future in done:
-            if not future.cancelled() and future.exception() is not None:
-                raise future.exception()  # type: ignore[misc]
-
-
-async def _cancel(*futures: asyncio.Future[None] | None) -> None:
-    running = [f for f in futures if f is not None]
-    for future in running:
-        future.cancel()
-    await asyncio.gather(*running, return_exceptions=True)
+            await copy_body(upstream.reader, send, framing, length)
 
 
 # Running a proxy from synchronous code (a Celery worker)

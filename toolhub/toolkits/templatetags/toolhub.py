@@ -50,6 +50,17 @@ def tool_display_description(context, revision, tool_name, toolkit=None):
 
 
 @register.filter
+def as_json_line(value) -> str:
+    """Compact one-line JSON, for arguments in a table (never Python's repr of a dict)."""
+    import json
+
+    try:
+        return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+@register.filter
 def as_json(value) -> str:
     """Pretty JSON for arguments, events and results (escaped by the template as usual)."""
     import json
