@@ -13,6 +13,20 @@ EXPECT_TIMEOUT_MS = 10_000
 RUN_TIMEOUT_MS = 30_000
 # The password each user in tests/conftest.py was created with.
 PASSWORDS = {"admin": "pw-admin-1", "alice": "pw-alice-1", "bob": "pw-bob-1", "carol": "pw-carol-1"}
+# A phone's screen, in CSS pixels.
+PHONE = {"width": 390, "height": 844}
+
+
+def assert_fits_the_screen(page: Page) -> None:
+    """The page never scrolls sideways: wide content (tables, source, logs, commands) scrolls or
+    wraps inside its own box. Measured once the page has loaded: a check made as soon as a
+    heading shows may run before the stylesheet applies on a busy machine, and an unstyled
+    page is wider."""
+    page.wait_for_load_state("load")
+    styled = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--fg')")
+    assert styled, f"{page.url}: the stylesheet did not load"
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"{page.url} is {overflow}px wider than the screen"
 
 
 def log_in(page: Page, username: str, password: str | None = None) -> None:

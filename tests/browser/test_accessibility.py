@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.helpers import PHONE, assert_fits_the_screen
 from toolhub.runs.models import Event, Invocation, RunStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.sandbox]
@@ -66,7 +67,7 @@ def test_at_390_px_no_region_scrolls_out_of_the_keyboards_reach(page: Page, logi
 
     # A package waiting for approval, so the package queue has its wide table.
     upload(alice, toolkit_source("Sizes", "humanize>=4"), slug="sizes")
-    page.set_viewport_size({"width": 390, "height": 844})
+    page.set_viewport_size(PHONE)
     login(admin)
     slug = ready.slug
     found = {}
@@ -77,7 +78,7 @@ def test_at_390_px_no_region_scrolls_out_of_the_keyboards_reach(page: Page, logi
         found[url] = page.evaluate(RULES, ["scrollable-region-focusable", "empty-table-header", "heading-order"])
         if url == "/packages/":
             expect(page.locator("[data-package='humanize']").first).to_be_attached()
-        assert page.evaluate("document.documentElement.scrollWidth") <= 390, url
+        assert_fits_the_screen(page)
     bad = {url: problems for url, problems in found.items() if problems}
     assert not bad, bad
 

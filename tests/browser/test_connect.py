@@ -16,7 +16,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests import serving_fixtures
 from tests.browser.conftest import AXE, AXE_CHECK, SHOTS
-from tests.browser.helpers import EXPECT_TIMEOUT_MS, PASSWORDS
+from tests.browser.helpers import EXPECT_TIMEOUT_MS, PASSWORDS, PHONE, assert_fits_the_screen
 from tests.conftest import start_worker
 from tests.test_serving_live import PRIVATE, SERVED, _run
 from toolhub.accounts.models import ClientCredential
@@ -24,7 +24,6 @@ from toolhub.toolkits.valves import store_values
 
 pytestmark = [pytest.mark.browser, pytest.mark.sandbox, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
-PHONE = {"width": 390, "height": 844}
 
 
 @pytest.fixture
@@ -129,7 +128,7 @@ def test_create_a_credential_then_connect_real_clients_with_what_the_page_copied
     tab.set_viewport_size(PHONE)
     tab.reload()
     tab.get_by_label("Token", exact=True).fill("")
-    assert tab.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert_fits_the_screen(tab)
     for button in tab.get_by_role("button", name="Copy", exact=False).all():
         box = button.bounding_box()
         assert box is not None and box["x"] + box["width"] <= PHONE["width"], box
@@ -145,9 +144,9 @@ def test_the_toolkit_connect_tab_fits_a_phone(tab: Page, server, alice):
     expect(tab.get_by_role("heading", name="Toolkits", exact=True)).to_be_visible()
     tab.goto("/toolkits/served/connect/")
     expect(tab.locator("#c-mcpo")).to_contain_text("mcp<2")
-    assert tab.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert_fits_the_screen(tab)
     copy = tab.locator("button[data-copy='c-mcpo']")
     box = copy.bounding_box()
     assert box is not None and box["x"] + box["width"] <= PHONE["width"]
     tab.goto("/toolkits/served/tools/")
-    assert tab.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert_fits_the_screen(tab)

@@ -8,16 +8,10 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.helpers import PHONE, assert_fits_the_screen
 from tests.conftest import example
 
 pytestmark = pytest.mark.browser
-
-
-def _fits_the_screen(page: Page) -> None:
-    # Wide content (tables, source, logs) scrolls inside its own box; the page itself never
-    # scrolls sideways.
-    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-    assert overflow <= 0, f"{page.url} is {overflow}px wider than the screen"
 
 
 def test_a_wrong_password_is_refused_and_the_right_one_lets_in(page: Page, admin, shot) -> None:
@@ -74,17 +68,17 @@ def test_the_history_is_for_admins_and_everyone_else_has_my_runs(page: Page, log
 
 def test_the_main_pages_fit_a_phone(page: Page, login, alice, upload, shot) -> None:
     toolkit = upload(alice, example("library_lookup"))
-    page.set_viewport_size({"width": 390, "height": 844})
+    page.set_viewport_size(PHONE)
     login(alice)
-    _fits_the_screen(page)
+    assert_fits_the_screen(page)
     shot("phone-toolkit-list")
     for tab, path in [("overview", ""), ("source", "source/"), ("revisions", "revisions/"), ("tools", "tools/")]:
         page.goto(f"/toolkits/{toolkit.slug}/{path}")
         expect(page.locator("h1")).to_contain_text("Library Lookup")
-        _fits_the_screen(page)
+        assert_fits_the_screen(page)
         shot(f"phone-{tab}")
     page.goto("/toolkits/new/")
-    _fits_the_screen(page)
+    assert_fits_the_screen(page)
 
 
 def test_the_clients_page_says_what_a_credential_can_reach(page: Page, login, admin, shot) -> None:
@@ -102,7 +96,7 @@ def test_the_clients_page_says_what_a_credential_can_reach(page: Page, login, ad
     expect(page.locator("#new-token")).to_be_visible()
     expect(page.locator("table tbody tr", has_text="Open WebUI")).to_contain_text("also for admins")
     shot("clients-scope")
-    page.set_viewport_size({"width": 390, "height": 844})
+    page.set_viewport_size(PHONE)
     page.reload()
     expect(scope).to_be_visible()
-    _fits_the_screen(page)
+    assert_fits_the_screen(page)

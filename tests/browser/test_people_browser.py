@@ -10,19 +10,15 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from playwright.sync_api import Page, expect
 
+from tests.browser.helpers import PHONE, assert_fits_the_screen
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PHONE = {"width": 390, "height": 844}
 User = get_user_model()
 
 
 def _accept_confirmations(page: Page) -> None:
     page.on("dialog", lambda dialog: dialog.accept())
-
-
-def _no_sideways_scroll(page: Page) -> None:
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= PHONE["width"], width
 
 
 def test_an_admin_adds_a_person_and_changes_them_with_the_keyboard_only(page: Page, login, admin) -> None:
@@ -110,7 +106,7 @@ def test_the_users_and_groups_pages_fit_a_phone(page: Page, login, admin, alice,
         page.goto(path)
         if heading:
             expect(page.get_by_role("heading", name=heading, exact=True)).to_be_visible()
-        _no_sideways_scroll(page)
+        assert_fits_the_screen(page)
     # On the list, each person is a card whose first line is their name.
     page.goto("/people/")
     card = page.locator("table.people tbody tr").filter(has_text="carol@example.org")

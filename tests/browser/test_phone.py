@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Locator, Page, expect
 
+from tests.browser.helpers import PHONE, assert_fits_the_screen
 from tests.conftest import example, toolkit_source
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.toolkits.models import Revision, Status
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PHONE = {"width": 390, "height": 844}
 
 
 def _in_view(element: Locator) -> None:
@@ -79,7 +79,7 @@ def test_the_toolkit_list_is_cards_with_the_status_in_view(page: Page, login, al
     # Each card's other fields are labelled, the header row being out of sight.
     expect(first.locator("td[data-label='Author']")).to_be_visible()
     expect(page.locator("table.cards thead")).not_to_be_in_viewport()
-    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    assert_fits_the_screen(page)
     shot("phone-toolkit-list")
 
     # A toolkit's revisions are cards too.

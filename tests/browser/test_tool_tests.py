@@ -13,19 +13,18 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.helpers import run_tool, wait_until_finished
+from tests.browser.helpers import PHONE, assert_fits_the_screen, run_tool, wait_until_finished
 from tests.conftest import toolkit_source
 from toolhub.toolkits.models import Revision, Status, ToolTest, ToolTestResult, ToolTestRun, ToolTestStatus
 from toolhub.toolkits.tool_tests import tool_test_create
 
 pytestmark = [pytest.mark.browser]
 
-PHONE = {"width": 390, "height": 844}
 
 
 def _fits_the_phone(page: Page) -> None:
     page.set_viewport_size(PHONE)
-    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"], page.url
+    assert_fits_the_screen(page)
 
 
 def test_the_owner_saves_tests_and_runs_them_with_the_keyboard(page: Page, login, alice, ready_toolkit, worker, shot) -> None:

@@ -10,13 +10,13 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.helpers import PHONE, assert_fits_the_screen
 from tests.conftest import example
 from tests.usage_fixtures import fold_all, seed
 from toolhub.runs.models import FINISHED, Invocation
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PHONE = {"width": 390, "height": 844}
 SERIOUS = """() => window.__axeDone.then(() => window.axe.run(document)).then(r => r.violations
   .filter(v => v.impact === "serious" || v.impact === "critical")
   .map(v => v.id + ": " + v.help + " " + v.nodes.slice(0, 3).map(n => n.target.join(" ")).join(" | ")))"""
@@ -33,11 +33,6 @@ def history(admin, alice, carol, upload):
 def _no_violations(page: Page) -> None:
     page.wait_for_function("() => window.__axeDone !== undefined")
     assert page.evaluate(SERIOUS) == []
-
-
-def _fits(page: Page) -> None:
-    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-    assert overflow <= 0, f"{page.url} is {overflow}px wider than the screen"
 
 
 def _tab_to(page: Page, locator, limit: int = 60) -> None:
@@ -96,9 +91,9 @@ def test_the_usage_pages_fit_a_phone(page: Page, login, admin, history, shot) ->
     login(admin)
     page.goto("/usage/?range=30d&group=tool")
     expect(page.locator("#usage-groups")).to_be_visible()
-    _fits(page)
+    assert_fits_the_screen(page)
     _no_violations(page)
     shot("phone-usage")
     page.goto(f"/toolkits/{history.slug}/")
     expect(page.locator("#toolkit-usage-tools")).to_be_visible()
-    _fits(page)
+    assert_fits_the_screen(page)
