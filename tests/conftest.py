@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -141,6 +142,14 @@ class WorkerProcess:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(10)
+        # What its sandboxes left running goes, as the next worker's start would see to
+        # (toolhub.sandbox.uids: bubblewrap does not always go with a killed worker).
+        from toolhub.toolkits.sandboxing import uid_pool
+
+        pool = uid_pool()
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                pool.sweep()
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

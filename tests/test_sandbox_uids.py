@@ -7,6 +7,7 @@ scripts/system-setup. Each test leases from its own lock directory; the uids are
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import pwd
@@ -117,6 +118,61 @@ def test_a_uid_that_still_has_a_process_is_not_leased(pool: UidPool) -> None:
         leftover.wait()
     with UidPool(size=1, lock_dir=pool.lock_dir, lease_timeout=30).lease() as leased:
         assert leased.uid == user.pw_uid
+
+
+def _orphan_of(user: pwd.struct_passwd) -> int:
+    """A process of `user` that nobody in this test waits for (its parent exits, so the host's
+    init adopts it), as a sandbox outliving its killed worker is; its pid."""
+    started = subprocess.run(
+        ["/usr/bin/setsid", "-f", "/bin/sh", "-c", "echo $$; exec /usr/bin/sleep 600 </dev/null >/dev/null 2>&1"],
+        user=user.pw_uid, group=user.pw_gid, extra_groups=[], capture_output=True, text=True, check=True,
+    )
+    return int(started.stdout.split()[0])
+
+
+def _gone(pid: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not os.path.exists(f"/proc/{pid}"):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_process_no_lease_holds_is_killed_and_its_uid_leased_again(pool: UidPool) -> None:
+    single = UidPool(size=1, lock_dir=pool.lock_dir, lease_timeout=10)
+    user = pwd.getpwnam("toolhub-sb-0000")
+    orphan = _orphan_of(user)
+    try:
+        with single.lease() as leased:
+            assert leased.uid == user.pw_uid
+            assert _gone(orphan)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(orphan, 9)
+
+
+def test_a_sweep_kills_what_no_lease_holds_and_spares_a_held_uid(pool: UidPool) -> None:
+    two = UidPool(size=2, lock_dir=pool.lock_dir, lease_timeout=10)
+    first, second = pwd.getpwnam("toolhub-sb-0000"), pwd.getpwnam("toolhub-sb-0001")
+    held = UidPool(size=1, lock_dir=pool.lock_dir).acquire()
+    assert held.user.uid == first.pw_uid
+    orphans = [_orphan_of(first), _orphan_of(second)]
+    try:
+        try:
+            assert two.sweep() == 1
+            assert _gone(orphans[1])
+            # The leased uid's process is its holder's business.
+            assert os.path.exists(f"/proc/{orphans[0]}")
+        finally:
+            held.release()
+        assert two.sweep() == 1
+        assert _gone(orphans[0])
+        assert two.sweep() == 0
+    finally:
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
 
 
 def test_a_pool_with_missing_users_says_how_to_create_them(tmp_path: Path) -> None:

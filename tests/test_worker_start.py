@@ -131,3 +131,33 @@ def test_a_call_that_finds_no_room_in_the_memory_budget_runs_cold(recent_toolkit
     invocation.refresh_from_db()
     assert invocation.status == RunStatus.SUCCEEDED and invocation.result == "x", invocation.error
     assert sandboxing.warm_pool().idle() == [] and sandboxing.warm_pool().started == 0
+
+
+@pytest.mark.sandbox
+def test_a_starting_worker_kills_what_the_sandboxes_of_a_dead_worker_left(caplog):
+    import contextlib
+    import os
+    import pwd
+    import subprocess
+
+    require_sandbox()
+    pool = sandboxing.uid_pool()
+    assert pool is not None
+    user = pwd.getpwnam(pool.names()[-1])
+    # Adopted by the host's init, as a sandbox whose worker and bubblewrap were killed is.
+    started = subprocess.run(
+        ["/usr/bin/setsid", "-f", "/bin/sh", "-c", "echo $$; exec /usr/bin/sleep 600 </dev/null >/dev/null 2>&1"],
+        user=user.pw_uid, group=user.pw_gid, extra_groups=[], capture_output=True, text=True, check=True,
+    )
+    left = int(started.stdout.split()[0])
+    try:
+        with caplog.at_level(logging.WARNING):
+            startup_check()
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{left}") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not os.path.exists(f"/proc/{left}")
+        assert "left running by the sandboxes of a worker that died" in caplog.text
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(left, 9)

@@ -13,7 +13,12 @@ process and thread of the host (each lease opens the file anew, and ``flock`` lo
 the open file), and the kernel drops it when its holder dies, so a crashed worker leaks nothing.
 A uid is only leased when the lock is free *and* no process of that uid is left on the host
 (a process of a killed sandbox can take a moment to be reaped), so a new lease never shares its
-uid's rlimit count, keyring or signals with anything before it. The lock directory is root's,
+uid's rlimit count, keyring or signals with anything before it. A process of a uid whose lock is
+free belongs to no lease, so it is killed when a lease comes across it, and ``sweep()`` (at
+worker start) kills every such process: bubblewrap's ``--die-with-parent`` does not reliably
+take the sandbox along when the worker that started it is killed (a bubblewrap killed while it
+set the sandbox up was seen left waiting for ever, and a sandbox's pid 1 outliving its
+bubblewrap, sleeping in a tool's call), and nothing else would ever end them. The lock directory is root's,
 mode 0700, outside everything a sandbox can see.
 
 Django-free: the worker glue (``toolhub.toolkits.sandboxing``) builds the pool from settings.
@@ -26,6 +31,7 @@ import fcntl
 import os
 import pwd
 import random
+import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -145,7 +151,7 @@ class UidPool:
     def _try_lease(self, users: list[SandboxUser], directory: Path) -> tuple[SandboxUser, int] | None:
         # A random starting point spreads the workers over the pool, so they rarely contend.
         start = random.randrange(len(users))
-        busy_uids: set[int] | None = None
+        processes: dict[int, list[int]] | None = None
         for offset in range(len(users)):
             user = users[(start + offset) % len(users)]
             fd = os.open(directory / f"{user.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
@@ -156,13 +162,37 @@ class UidPool:
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                     continue
                 raise
-            if busy_uids is None:
-                busy_uids = uids_with_processes()
-            if user.uid in busy_uids:
+            if processes is None:
+                processes = processes_by_uid()
+            if user.uid in processes:
+                # Left by no lease (the lock was free): a sandbox whose worker died, or one
+                # killed a moment ago and not yet reaped. The uid is leased once they are gone.
+                _kill(processes[user.uid])
                 os.close(fd)
                 continue
             return user, fd
         return None
+
+    def sweep(self) -> int:
+        """Kill every process of a pool uid that no lease holds (see the module docstring);
+        returns how many there were. A uid leased right now is left alone."""
+        directory = self._lock_directory()
+        processes = processes_by_uid()
+        killed = 0
+        for user in self.users():
+            if user.uid not in processes:
+                continue
+            fd = os.open(directory / f"{user.name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+            else:
+                killed += _kill(processes[user.uid])
+            finally:
+                os.close(fd)
+        return killed
 
     def _lock_directory(self) -> Path:
         directory = self.lock_dir
@@ -175,13 +205,29 @@ class UidPool:
         return directory
 
 
-def uids_with_processes() -> set[int]:
-    """The uids that own a process on this host right now (``/proc/<pid>`` belongs to its euid)."""
-    uids = set()
+def processes_by_uid() -> dict[int, list[int]]:
+    """The processes on this host right now by the uid that owns them (``/proc/<pid>``
+    belongs to its euid)."""
+    found: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                uids.add(os.stat(f"/proc/{name}").st_uid)
+                found.setdefault(os.stat(f"/proc/{name}").st_uid, []).append(int(name))
             except FileNotFoundError:
                 continue
-    return uids
+    return found
+
+
+def uids_with_processes() -> set[int]:
+    """The uids that own a process on this host right now."""
+    return set(processes_by_uid())
+
+
+def _kill(pids: list[int]) -> int:
+    """SIGKILL each of ``pids`` (a zombie or one gone already is no error); how many there were."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return len(pids)

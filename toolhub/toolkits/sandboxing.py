@@ -203,7 +203,7 @@ def startup_check() -> None:
     """Say at worker start, not at the first invocation or build, when this host cannot
     sandbox: bubblewrap, libseccomp, the sandbox user, the build user or the uid pool missing,
     or user namespaces unavailable. Also removes the temporary directories of workers that
-    died."""
+    died, and kills what their sandboxes left running (UidPool.sweep)."""
     scratch.sweep_dead("/tmp")
     if tempfile.gettempdir() != "/tmp":
         scratch.sweep_dead()
@@ -212,6 +212,9 @@ def startup_check() -> None:
         pool = uid_pool()
         if pool is not None:
             pool.check()
+            left = pool.sweep()
+            if left:
+                logger.warning("Killed %s process(es) left running by the sandboxes of a worker that died.", left)
     except sandboxlib.SandboxUnavailable as exc:
         logger.error("This worker cannot run toolkits: %s", exc)
     try:
