@@ -21,9 +21,12 @@ DJANGO_FREE = {
     "toolhub.runtime": set(),
     "toolhub.sandbox": set(),
     "toolhub.vault": set(),
-    "toolhub.packages.envbuild": {"toolhub.packages.build_runner", "toolhub.packages.locks", "toolhub.sandbox.build"},
-    "toolhub.packages.locks": {"toolhub.packages.build_runner", "toolhub.sandbox.build"},
-    "toolhub.packages.build_runner": {"toolhub.sandbox.build"},
+    "toolhub.messages": set(),
+    "toolhub.packages.envbuild": {
+        "toolhub.packages.build_runner", "toolhub.packages.locks", "toolhub.sandbox.build", "toolhub.messages"
+    },
+    "toolhub.packages.locks": {"toolhub.packages.build_runner", "toolhub.sandbox.build", "toolhub.messages"},
+    "toolhub.packages.build_runner": {"toolhub.sandbox.build", "toolhub.messages"},
     "toolhub.packages.index_client": set(),
 }
 

@@ -198,7 +198,7 @@ def test_a_worker_that_dies_mid_run_is_reaped_like_other_steps(sleeper, alice):
     reaped = reap_stale_work.run()
     assert (reaped["builds"], reaped["test_runs"], reaped["invocations"]) == (1, 1, 1)
     revision.refresh_from_db()
-    assert (revision.status, revision.status_detail) == (Status.FAILED, lifecycle.INTERRUPTED)
+    assert (revision.status, revision.status_detail) == (Status.FAILED, lifecycle.INTERRUPTED.english())
     run = ToolTestRun.objects.get(revision=revision)
     assert (run.status, run.error) == (ToolTestStatus.FAILED, WORKER_STOPPED)
     assert Toolkit.objects.get(pk=toolkit.pk).current_revision.number == 1

@@ -529,7 +529,9 @@ def _execute(invocation: Invocation) -> None:
     elif final.get("kind") == "error":
         end(RunStatus.FAILED, error=final.get("error") or "The tool failed.", traceback=final.get("traceback", ""), **usage)
     else:
-        end(RunStatus.FAILED, error=sandboxing.outcome_reason(outcome) or "The tool ended without a result.", traceback=outcome.stderr_tail, **usage)
+        reason = sandboxing.outcome_reason(outcome)
+        error = reason.english() if reason is not None else "The tool ended without a result."
+        end(RunStatus.FAILED, error=error, traceback=outcome.stderr_tail, **usage)
 
 
 def _alive(invocation: Invocation) -> bool:

@@ -22,7 +22,6 @@ from toolhub.runs.models import CANCELLED_PREFIX, FINISHED, Event, Invocation, R
 from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Revision, Status, Toolkit
-from toolhub.toolkits.status_text import translate_detail
 
 
 class InvocationRejected(Exception):
@@ -109,7 +108,7 @@ def not_ready_reason(toolkit: Toolkit) -> str:
     }
     reason = hints.get(Status(revision.status), _("The toolkit is not ready."))
     if revision.status_detail:
-        reason = _("%(reason)s (%(detail)s)") % {"reason": reason, "detail": translate_detail(revision.status_detail)}
+        reason = _("%(reason)s (%(detail)s)") % {"reason": reason, "detail": revision.detail_shown()}
     return reason
 
 

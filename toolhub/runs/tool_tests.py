@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from toolhub import dbretry
 from toolhub.heartbeat import Beat
+from toolhub.messages import as_written, message
 from toolhub.runs import engine
 from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.toolkits import lifecycle, tool_checks
@@ -42,13 +43,14 @@ def run_gate(revision_id: int) -> None:
     with lifecycle.step_heartbeat(revision_id):
         run = ToolTestRun.objects.filter(revision_id=revision_id, gate=True, status=ToolTestStatus.QUEUED).order_by("-id").first()
         if run is None or not _claim(run.pk):
-            lifecycle.fail(revision_id=revision_id, reason=WORKER_STOPPED)
+            lifecycle.fail(revision_id=revision_id, reason=message("tests.worker_stopped"))
             return
         run.refresh_from_db()
         _execute(run, on_case=lambda: lifecycle.tests_progress(revision_id=revision_id))
     run.refresh_from_db()
     if run.status not in (ToolTestStatus.PASSED, ToolTestStatus.FAILED):
-        lifecycle.fail(revision_id=revision_id, reason=run.error or WORKER_STOPPED)
+        reason = as_written(run.error) if run.error else message("tests.worker_stopped")
+        lifecycle.fail(revision_id=revision_id, reason=reason)
         return
     failed = list(run.results.filter(passed=False).values_list("name", flat=True))
     lifecycle.tests_done(revision_id=revision_id, failed=failed, total=run.total)

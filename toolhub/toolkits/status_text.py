@@ -1,14 +1,14 @@
-"""Texts stored in English shown in the reader's language: a revision's status detail
-(`Revision.status_detail`), why a run failed (`Invocation.error`) and why an egress host is
-refused.
+"""Texts stored in English shown in the reader's language: why a run failed
+(`Invocation.error`, `AgentRun.error`), a saved tool test's messages and why an egress host is
+refused. (A revision's status detail is stored as a message, toolhub.messages, and is not
+parsed: these texts are still to be stored so.)
 
-The lifecycle and the worker store the detail in English, the text the API returns. Pages show
-it translated: every form a detail takes is listed here with its placeholders, and a detail of
-one of these forms is shown as its translation, with what fills the placeholders (package
-names, an admin's reason, a tool's own error) as written, unless that is a detail of a known
-form itself (the sandbox's reason in "Loading the toolkit failed: …"). A detail of no known
-form is shown as stored. A list of rejected packages (`package a was rejected: …; package b
-was rejected`) is translated part by part.
+The worker stores these texts in English. Pages show them translated: every form they take is
+listed here with its placeholders, and a text of one of these forms is shown as its
+translation, with what fills the placeholders (an admin's name, a tool's own error) as
+written, unless that is of a known form itself (a build failure inside "The toolkit's
+environment could not be built: …", which has a form of toolhub.messages). A text of no known
+form is shown as stored.
 """
 
 from __future__ import annotations
@@ -18,55 +18,8 @@ from functools import cache
 
 from django.utils.translation import gettext, gettext_noop
 
-# Writers: toolkits/lifecycle.py, toolkits/building.py and packages/build_runner.py
-# (`explain_failure`). The more specific form of two that could both match comes first.
-FORMS = [
-    gettext_noop("Waiting for an admin to approve: %(names)s"),
-    gettext_noop("Queued for build"),
-    gettext_noop("Locking the requirements"),
-    gettext_noop("Building the environment"),
-    gettext_noop("Inspecting the tools in the sandbox"),
-    gettext_noop("The build was interrupted (its worker stopped); press Retry to build again."),
-    gettext_noop("No worker took the build although its task was sent %(sends)s times (is a worker serving the %(queue)s queue?); press Retry to build again."),
-    gettext_noop("The build made no progress for longer than a build may take; press Retry to build again."),
-    gettext_noop("No worker could take the build (the broker is unavailable); press Retry once it is back."),
-    gettext_noop("package %(name)s was rejected: %(reason)s"),
-    gettext_noop("package %(name)s was rejected"),
-    gettext_noop("build timed out after %(seconds)s s"),
-    gettext_noop("internal error during build (%(error)s); see the worker log"),
-    gettext_noop("Loading the toolkit failed: %(error)s"),
-    gettext_noop("The toolkit's introspection was refused: %(error)s."),
-    gettext_noop("Internal error while inspecting the toolkit (%(error)s); see the worker log."),
-    # What fills "Loading the toolkit failed: …" when the sandbox, not the toolkit, says why
-    # (toolkits/sandboxing.py `outcome_reason`).
-    gettext_noop("the toolkit could not be loaded"),
-    gettext_noop("the sandbox ran out of time"),
-    gettext_noop("a sandbox limit was hit (%(limit)s)"),
-    gettext_noop("the sandbox process ended unexpectedly (exit code %(code)s)"),
-    gettext_noop("index unreachable: %(where)s"),
-    gettext_noop("hash mismatch for %(name)s: the index serves other files than the lock names"),
-    gettext_noop("No matching distribution for %(name)s (constrained to %(limits)s)"),
-    gettext_noop("No matching distribution for %(name)s"),
-    gettext_noop("constraint %(constraint)s contradicts requirement %(requirement)s"),
-    gettext_noop("constraint %(constraint)s contradicts %(who)s, which requires %(requirement)s"),
-    gettext_noop("%(name)s failed to build: %(detail)s"),
-    gettext_noop("%(name)s failed to build"),
-    gettext_noop("%(tool)s stopped at the build's download limit of %(size)s"),
-    gettext_noop("%(tool)s opened more than %(count)s connections at once through the build's egress proxy"),
-    gettext_noop("%(tool)s failed: %(error)s"),
-    gettext_noop("%(tool)s exited with status %(status)s"),
-    # Reviews (lifecycle.review_needed, review_decide); the more specific form first.
-    gettext_noop("Waiting for an admin to review it: it would receive %(what)s."),
-    gettext_noop("the secret Valves %(names)s and the network egress grant"),
-    gettext_noop("the secret Valves %(names)s"),
-    gettext_noop("the network egress grant"),
-    gettext_noop("Rejected in review by %(admin)s: %(reason)s"),
-    # Tool tests (lifecycle.tests_begin, tests_done; toolhub.runs.tool_tests).
-    gettext_noop("Running its %(n)s tests"),
-    gettext_noop("%(failed)s of its %(total)s tests failed (%(names)s); an admin may still approve it."),
-    gettext_noop("The worker running these tests stopped before they finished."),
-    gettext_noop("Internal error while running the tests (%(error)s); see the worker log."),
-]
+from toolhub import messages
+
 # Why an egress allowlist entry is refused (toolhub/sandbox/egress/rules.py, which has no
 # Django), shown on the toolkit's egress form.
 HOST_FORMS = [
@@ -125,6 +78,8 @@ TEST_MESSAGES = [
     gettext_noop("No worker could take the tests (the broker is unavailable)."),
 ]
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+# A build failure inside a run's error has one of the forms of a revision's status detail.
+_DETAIL_FORMS = tuple(messages.FORMS.values())
 
 
 @cache
@@ -158,7 +113,7 @@ def translate_run_error(text: str) -> str:
     """Why a run failed (`Invocation.error`) in the active language when the worker wrote it."""
     # Only the worker's own words at the top: a tool's error such as "Upload failed: …" is the
     # tool's text; a build failure inside the worker's words is translated.
-    return (_one(text, tuple(RUN_ERRORS), tuple(RUN_ERRORS + FORMS)) or text) if text else text
+    return (_one(text, tuple(RUN_ERRORS), tuple(RUN_ERRORS) + _DETAIL_FORMS) or text) if text else text
 
 
 def translate_test_message(text: str) -> str:
@@ -166,15 +121,3 @@ def translate_test_message(text: str) -> str:
     it; a run's error inside "The call failed: …" is translated too, a tool's own is not."""
     return (_one(text, tuple(TEST_MESSAGES), tuple(RUN_ERRORS)) or text) if text else text
 
-
-def translate_detail(text: str) -> str:
-    """`text` in the active language when it has a known form, else `text` as it is."""
-    if not text:
-        return text
-    forms = tuple(FORMS)
-    parts = text.split("; ")
-    if len(parts) > 1:
-        translated = [_one(part, forms) for part in parts]
-        if all(part is not None for part in translated):
-            return "; ".join(part for part in translated if part is not None)
-    return _one(text, forms) or text

@@ -10,7 +10,7 @@ from toolhub.packages import index_checks
 from toolhub.packages import selectors as package_selectors
 from toolhub.toolkits import selectors as toolkit_selectors
 from toolhub.toolkits.display import Resolved, resolve, tool_display
-from toolhub.toolkits.status_text import translate_detail, translate_run_error
+from toolhub.toolkits.status_text import translate_run_error
 
 register = template.Library()
 
@@ -101,9 +101,9 @@ def pending_reviews(context) -> int:
 
 
 @register.filter
-def status_detail(text):
-    """A revision's stored status detail in the page's language: `{{ revision.status_detail|status_detail }}`."""
-    return translate_detail(text or "")
+def status_detail(revision):
+    """A revision's status detail in the page's language: `{{ revision|status_detail }}`."""
+    return revision.detail_shown() if revision is not None else ""
 
 
 @register.simple_tag(takes_context=True)
