@@ -107,7 +107,7 @@ def test_a_worker_whose_database_connection_was_cut_runs_its_next_reaper_pass_an
         worker.kill()
     log = worker.output()
     assert Revision.objects.get(pk=pending.pk).status == Status.READY, log[-3000:]
-    assert Invocation.objects.get(pk=dead.pk).error == engine.WORKER_STOPPED
+    assert Invocation.objects.get(pk=dead.pk).error == engine.WORKER_STOPPED.english()
     assert "terminating connection" not in log and "OperationalError" not in log, log[-3000:]
 
 

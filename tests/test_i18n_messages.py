@@ -23,7 +23,7 @@ from toolhub.toolkits import lifecycle
 from toolhub.toolkits.sandboxing import outcome_reason
 from toolhub.toolkits.schema_forms import parse_submission, validate
 from toolhub.toolkits.source_checks import ToolkitSourceInvalid, parse_toolkit_source
-from toolhub.toolkits.status_text import HOST_FORMS, RUN_ERRORS, translate_run_error
+from toolhub.toolkits.status_text import HOST_FORMS
 
 
 @pytest.fixture(autouse=True)
@@ -111,7 +111,7 @@ def test_requirement_and_class_problems_are_translated():
 def test_every_form_of_a_stored_detail_has_a_translation_that_keeps_its_placeholders():
     for language in ("fr", "pl", "tr", "zh-hans"):
         with translation.override(language):
-            for form in [*FORMS.values(), *HOST_FORMS, *RUN_ERRORS]:
+            for form in [*FORMS.values(), *HOST_FORMS]:
                 translated = translation.gettext(form)
                 assert translated != form, (language, form)
                 assert set(re.findall(r"%\(\w+\)s", translated)) == set(re.findall(r"%\(\w+\)s", form))
@@ -229,28 +229,31 @@ def test_a_refused_run_is_explained_in_the_readers_language(alice, upload):
 
 def test_why_a_run_failed_is_translated_when_the_worker_wrote_it_and_a_tools_error_is_not():
     with translation.override("fr"):
-        assert translate_run_error("The tool ran longer than 30 s and was stopped.") == (
-            "L’outil a tourné plus de 30 s et a été arrêté."
-        )
-        assert translate_run_error("Cancelled by alice.") == "Annulée par alice."
-        assert translate_run_error("The toolkit's environment could not be built: No matching distribution for x") == (
+        timed_out = message("run.timed_out", seconds=30.0)
+        assert timed_out.render(translation.gettext) == "L’outil a tourné plus de 30 s et a été arrêté."
+        assert message("run.cancelled", user="alice").render(translation.gettext) == "Annulée par alice."
+        unbuilt = message("run.environment_failed", reason=message("step.no_distribution", name="x"))
+        assert unbuilt.render(translation.gettext) == (
             "L’environnement de la boîte à outils n’a pas pu être construit : Aucune distribution ne correspond à x"
         )
-        assert translate_run_error("The model call failed: HTTP 500") == "L’appel au modèle a échoué : HTTP 500"
+        model = message("agent.model_failed", error="HTTP 500")
+        assert model.render(translation.gettext) == "L’appel au modèle a échoué : HTTP 500"
         # The tool's own words, even when they look like one of ToolHub's forms.
-        assert translate_run_error("Upload failed: timeout") == "Upload failed: timeout"
-        assert translate_run_error("") == ""
+        assert as_written("Cancelled by alice.").render(translation.gettext) == "Cancelled by alice."
 
 
 @pytest.mark.django_db
 def test_the_run_page_shows_a_cancelled_runs_error_in_the_readers_language(client, alice, upload):
-    from toolhub.runs.models import Invocation, RunStatus
+    from toolhub.runs.models import Invocation
+    from toolhub.runs.services import invocation_cancel
 
     toolkit = upload(alice, toolkit_source("Echo"), slug="echo")
     run = Invocation.objects.create(
         toolkit=toolkit, revision=toolkit.current_revision, tool="echo", user=alice, arguments={},
-        status=RunStatus.FAILED, error="Cancelled by alice.",
     )
+    invocation_cancel(invocation=run, by=alice)
+    run.refresh_from_db()
+    assert (run.error, run.error_message) == ("Cancelled by alice.", {"code": "run.cancelled", "params": {"user": "alice"}})
     client.force_login(alice)
     page = client.get(f"/invocations/{run.id}/", HTTP_ACCEPT_LANGUAGE="pl").content.decode()
     assert '<p class="error" id="error">Anulowane przez alice.</p>' in page

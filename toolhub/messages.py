@@ -1,6 +1,6 @@
-"""Messages ToolHub stores for people to read later, such as a revision's status detail: a code
-and its parameters, rendered in English for the API and the logs and in the reader's language
-on the pages, never parsed back from text.
+"""Messages ToolHub stores for people to read later, such as a revision's status detail or why a
+run failed: a code and its parameters, rendered in English for the API and the logs and in the
+reader's language on the pages, never parsed back from text.
 
 Each code has exactly one English form, which is also its msgid in the catalogues (`FORMS`). A
 parameter is text shown as written (a package name, an admin's reason, a tool's own error), a
@@ -94,6 +94,33 @@ FORMS: dict[str, str] = {
     ),
     "tests.worker_stopped": gettext_noop("The worker running these tests stopped before they finished."),
     "tests.internal_error": gettext_noop("Internal error while running the tests (%(error)s); see the worker log."),
+    # Why a run failed (Invocation.error_message): toolhub.runs.engine and services. A tool's
+    # own error is stored as written.
+    "run.timed_out": gettext_noop("The tool ran longer than %(seconds)s s and was stopped."),
+    "run.too_many_events": gettext_noop("The tool sent more than %(count)s events and was stopped."),
+    "run.too_many_event_bytes": gettext_noop("The tool sent more than %(count)s bytes of events and was stopped."),
+    "run.sandbox_limit": gettext_noop("The tool hit a sandbox limit (%(limit)s) and was stopped."),
+    "run.internal_error": gettext_noop("Internal error in the worker (%(error)s)."),
+    "run.environment_failed_on": gettext_noop("The toolkit's environment could not be built on %(host)s: %(reason)s"),
+    # Stored before the host was named.
+    "run.environment_failed": gettext_noop("The toolkit's environment could not be built: %(reason)s"),
+    "run.not_recorded": gettext_noop("The worker could not record the run: %(error)s"),
+    "run.queue_failed": gettext_noop("No worker could take the invocation (the broker is unavailable)."),
+    "run.not_taken": gettext_noop(
+        "No worker took this invocation although its task was sent %(count)s times (%(why)s)."
+    ),
+    "run.workers_busy": gettext_noop("the workers were busy with other invocations"),
+    "run.no_worker": gettext_noop("is a worker serving the sandbox queue?"),
+    "run.cancelled": gettext_noop("Cancelled by %(user)s."),
+    # Why an agent run failed (AgentRun.error_message): toolhub.agents.engine.
+    "agent.out_of_time": gettext_noop("The run used its %(seconds)s s and stops here."),
+    "agent.max_iterations": gettext_noop("The model was called max_iterations (%(count)s) times; the run stops here."),
+    "agent.out_of_tokens": gettext_noop("The run used its budget of %(count)s tokens and stops here."),
+    "agent.connection_deleted": gettext_noop("The model connection was deleted."),
+    "agent.environment_failed": gettext_noop("The strategy's environment could not be built: %(reason)s"),
+    "agent.model_failed": gettext_noop("The model call failed: %(error)s"),
+    "agent.strategy_failed": gettext_noop("The strategy failed: %(error)s"),
+    "agent.strategy_timed_out": gettext_noop("The strategy ran longer than %(seconds)s s of its own time."),
 }
 
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")

@@ -17,8 +17,9 @@ from kombu.exceptions import OperationalError
 
 from toolhub import broker, dbretry, plainsql
 from toolhub.accounts.models import ClientCredential
+from toolhub.messages import message as text_message
 from toolhub.runs import notify
-from toolhub.runs.models import CANCELLED_PREFIX, FINISHED, Event, Invocation, RunStatus, Surface
+from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus, Surface, error_fields
 from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Revision, Status, Toolkit
@@ -150,7 +151,8 @@ def invocation_create(
             listener.close()
         # Nothing may stay queued forever: a call no broker accepted is stored as ended.
         invocation.status = RunStatus.FAILED
-        invocation.error = "No worker could take the invocation (the broker is unavailable)."
+        for name, value in error_fields(text_message("run.queue_failed")).items():
+            setattr(invocation, name, value)
         invocation.finished_at = timezone.now()
         plainsql.insert(invocation)
         raise InvocationRejected(503, [(_("No worker is available to run tools right now; try again later."), None)]) from exc
@@ -273,7 +275,7 @@ def invocation_cancel(*, invocation: Invocation, by: User) -> Invocation:
         .exclude(status__in=list(FINISHED))
         .update(
             status=RunStatus.FAILED,
-            error=f"{CANCELLED_PREFIX}{by.get_username()}.",
+            **error_fields(text_message("run.cancelled", user=by.get_username())),
             finished_at=timezone.now(),
             pending_call=None,
         )

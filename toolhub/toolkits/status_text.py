@@ -1,14 +1,12 @@
-"""Texts stored in English shown in the reader's language: why a run failed
-(`Invocation.error`, `AgentRun.error`), a saved tool test's messages and why an egress host is
-refused. (A revision's status detail is stored as a message, toolhub.messages, and is not
-parsed: these texts are still to be stored so.)
+"""Texts stored in English shown in the reader's language: a saved tool test's messages and why
+an egress host is refused. (A revision's status detail and why a run failed are stored as
+messages, toolhub.messages, and are not parsed: these texts are still to be stored so.)
 
 The worker stores these texts in English. Pages show them translated: every form they take is
 listed here with its placeholders, and a text of one of these forms is shown as its
-translation, with what fills the placeholders (an admin's name, a tool's own error) as
-written, unless that is of a known form itself (a build failure inside "The toolkit's
-environment could not be built: …", which has a form of toolhub.messages). A text of no known
-form is shown as stored.
+translation, with what fills the placeholders (a tool's own error) as written, unless that is
+of a known form itself (a run's error inside "The call failed: …", which has a form of
+toolhub.messages). A text of no known form is shown as stored.
 """
 
 from __future__ import annotations
@@ -29,33 +27,6 @@ HOST_FORMS = [
     ),
     gettext_noop("%(pattern)s is not a valid host name"),
     gettext_noop("%(pattern)s would allow a whole top-level domain"),
-]
-# Why a run failed, as the worker stores it (`Invocation.error`, toolhub/runs/engine.py and
-# services.py; `AgentRun.error`); a tool's own error is stored as the tool wrote it and is
-# shown so.
-RUN_ERRORS = [
-    gettext_noop("The tool ran longer than %(seconds)s s and was stopped."),
-    gettext_noop("The tool sent more than %(count)s events and was stopped."),
-    gettext_noop("The tool sent more than %(count)s bytes of events and was stopped."),
-    gettext_noop("The tool hit a sandbox limit (%(limit)s) and was stopped."),
-    gettext_noop("Internal error in the worker (%(error)s)."),
-    gettext_noop("The toolkit's environment could not be built on %(host)s: %(reason)s"),
-    gettext_noop("The toolkit's environment could not be built: %(reason)s"),
-    gettext_noop("The worker could not record the run: %(error)s"),
-    gettext_noop("No worker could take the invocation (the broker is unavailable)."),
-    gettext_noop("No worker took this invocation although its task was sent %(count)s times (%(why)s)."),
-    gettext_noop("the workers were busy with other invocations"),
-    gettext_noop("is a worker serving the sandbox queue?"),
-    gettext_noop("Cancelled by %(user)s."),
-    # An agent run's (toolhub/agents/engine.py).
-    gettext_noop("The run used its %(seconds)s s and stops here."),
-    gettext_noop("The model was called max_iterations (%(count)s) times; the run stops here."),
-    gettext_noop("The run used its budget of %(count)s tokens and stops here."),
-    gettext_noop("The model connection was deleted."),
-    gettext_noop("The strategy's environment could not be built: %(reason)s"),
-    gettext_noop("The model call failed: %(error)s"),
-    gettext_noop("The strategy failed: %(error)s"),
-    gettext_noop("The strategy ran longer than %(seconds)s s of its own time."),
 ]
 # How a saved tool test's case failed and why a test run ended, as the worker stores them
 # (toolkits/tool_checks.py `evaluate`, runs/tool_tests.py, toolkits/tool_tests.py).
@@ -78,8 +49,8 @@ TEST_MESSAGES = [
     gettext_noop("No worker could take the tests (the broker is unavailable)."),
 ]
 _PLACEHOLDER = re.compile(r"%\((\w+)\)s")
-# A build failure inside a run's error has one of the forms of a revision's status detail.
-_DETAIL_FORMS = tuple(messages.FORMS.values())
+# A run's error inside "The call failed: …" has one of the forms of toolhub.messages.
+_RUN_ERROR_FORMS = tuple(form for code, form in messages.FORMS.items() if code.startswith(("run.", "agent.")))
 
 
 @cache
@@ -109,15 +80,8 @@ def translate_host_refusal(text: str) -> str:
     return _one(text, tuple(HOST_FORMS)) or text
 
 
-def translate_run_error(text: str) -> str:
-    """Why a run failed (`Invocation.error`) in the active language when the worker wrote it."""
-    # Only the worker's own words at the top: a tool's error such as "Upload failed: …" is the
-    # tool's text; a build failure inside the worker's words is translated.
-    return (_one(text, tuple(RUN_ERRORS), tuple(RUN_ERRORS) + _DETAIL_FORMS) or text) if text else text
-
-
 def translate_test_message(text: str) -> str:
     """A tool test's case message or run error in the active language when the worker wrote
     it; a run's error inside "The call failed: …" is translated too, a tool's own is not."""
-    return (_one(text, tuple(TEST_MESSAGES), tuple(RUN_ERRORS)) or text) if text else text
+    return (_one(text, tuple(TEST_MESSAGES), _RUN_ERROR_FORMS) or text) if text else text
 
