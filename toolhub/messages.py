@@ -94,6 +94,23 @@ FORMS: dict[str, str] = {
     ),
     "tests.worker_stopped": gettext_noop("The worker running these tests stopped before they finished."),
     "tests.internal_error": gettext_noop("Internal error while running the tests (%(error)s); see the worker log."),
+    # How a saved tool test's case failed (toolhub.toolkits.tool_checks.evaluate,
+    # toolhub.runs.tool_tests) and why a test run ended (also tests.worker_stopped and
+    # tests.internal_error above).
+    "tests.expected_failure": gettext_noop("The call succeeded; it was expected to fail."),
+    "tests.error_lacks": gettext_noop("The error does not contain %(value)s."),
+    "tests.call_failed": gettext_noop("The call failed: %(error)s"),
+    "tests.equals_differs": gettext_noop("Check %(n)s (equals): the result differs."),
+    "tests.contains_missing": gettext_noop("Check %(n)s (contains): the result does not contain %(value)s."),
+    "tests.regex_timed_out": gettext_noop("Check %(n)s (regex): the regular expression ran longer than %(seconds)s s."),
+    "tests.regex_unmatched": gettext_noop("Check %(n)s (regex): the result does not match %(value)s."),
+    "tests.path_missing": gettext_noop("Check %(n)s (json_path): the result has nothing at %(path)s."),
+    "tests.path_differs": gettext_noop("Check %(n)s (json_path): the value at %(path)s differs."),
+    "tests.no_tool": gettext_noop("This revision has no tool named %(tool)s."),
+    "tests.unfinished": gettext_noop("The call did not finish."),
+    "tests.not_taken": gettext_noop("No worker took these tests (is a worker serving the sandbox queue?)."),
+    "tests.replaced": gettext_noop("Replaced by a new run of the revision's tests."),
+    "tests.queue_failed": gettext_noop("No worker could take the tests (the broker is unavailable)."),
     # Why a run failed (Invocation.error_message): toolhub.runs.engine and services. A tool's
     # own error is stored as written.
     "run.timed_out": gettext_noop("The tool ran longer than %(seconds)s s and was stopped."),
@@ -183,6 +200,22 @@ def as_written(text: str) -> Message:
 def joined(items: Sequence[Message]) -> Message:
     """Several messages shown one after the other, separated by "; "."""
     return Message(LIST, {"items": list(items)})
+
+
+def stored_fields(stored: Message | None, *, text: str, data: str) -> dict[str, object]:
+    """A message as the two fields a row keeps it in, for save() or update(): `data` holds
+    the message ({} for none), `text` its English rendering ("" for none), so that they always
+    agree."""
+    if stored is None:
+        return {text: "", data: {}}
+    return {text: stored.english(), data: stored.to_json()}
+
+
+def shown(data: Mapping[str, Any] | None, text: str, translate: Callable[[str], str]) -> str:
+    """A stored message through `translate`; `text` (the English stored beside it) when no
+    message was stored."""
+    stored = Message.from_json(data)
+    return stored.render(translate) if stored is not None else text
 
 
 def _render_param(value: Param, translate: Callable[[str], str]) -> str:

@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from toolhub.messages import Message
+from toolhub.messages import Message, shown, stored_fields
 from toolhub.toolkits.fields import OrderedJSONField
 
 # The start of the error a cancelled run ends with (runs.services.invocation_cancel).
@@ -19,16 +19,13 @@ CANCELLED_PREFIX = "Cancelled by "
 def error_fields(error: Message | None) -> dict[str, object]:
     """Why a run failed as its two fields, for save(), update() or queue.finish(): the message
     (toolhub.messages) and its English rendering, the API's text, so that they always agree."""
-    if error is None:
-        return {"error": "", "error_message": {}}
-    return {"error": error.english(), "error_message": error.to_json()}
+    return stored_fields(error, text="error", data="error_message")
 
 
 def error_shown(stored: dict, english: str) -> str:
     """Why a run failed in the active language: its stored message rendered, or the English
     text when no message was stored with it."""
-    error = Message.from_json(stored)
-    return error.render(gettext) if error is not None else english
+    return shown(stored, english, gettext)
 
 
 class RunStatus(models.TextChoices):

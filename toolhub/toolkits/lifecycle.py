@@ -78,8 +78,8 @@ logger = logging.getLogger(__name__)
 QUEUE_FAILED = message("build.queue_failed")
 INTERRUPTED = message("build.interrupted")
 OVERDUE = message("build.overdue")
-# Stored in English; pages show it translated (toolhub.toolkits.status_text.TEST_MESSAGES).
-TESTS_REPLACED = "Replaced by a new run of the revision's tests."
+# Why a gate run of an earlier attempt ended (ToolTestRun.error_message).
+TESTS_REPLACED = message("tests.replaced")
 
 # A worker running a step beats this often; one silent for STEP_DEAD_AFTER_SECONDS has stopped.
 STEP_HEARTBEAT_SECONDS = 5.0
@@ -399,7 +399,7 @@ def tests_begin(*, revision: Revision) -> bool:
     revision.save()
     # A run of an earlier attempt (the revision was retried after its worker died) ends here.
     ToolTestRun.objects.filter(revision=revision, gate=True, status__in=[ToolTestStatus.QUEUED, ToolTestStatus.RUNNING]).update(
-        status=ToolTestStatus.FAILED, finished_at=timezone.now(), error=TESTS_REPLACED
+        status=ToolTestStatus.FAILED, finished_at=timezone.now(), **ToolTestRun.error_fields(TESTS_REPLACED)
     )
     ToolTestRun.objects.create(
         toolkit_id=revision.toolkit_id, revision=revision, gate=True, total=total, started_by_id=revision.uploaded_by_id

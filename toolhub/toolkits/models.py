@@ -9,7 +9,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from toolhub.accounts.roles import is_admin
-from toolhub.messages import Message
+from toolhub.messages import Message, shown, stored_fields
 from toolhub.toolkits.fields import OrderedJSONField
 from toolhub.toolkits.source_checks import OPEN_WEBUI_PACKAGE, ImportSite, import_sites_in
 
@@ -113,9 +113,7 @@ NETWORK_MODULES = frozenset({
 def status_fields(detail: Message | None) -> dict[str, object]:
     """A revision's status detail as its two fields, for save() or update(): the message and
     its English rendering, so that they always agree."""
-    if detail is None:
-        return {"status_detail": "", "status_message": {}}
-    return {"status_detail": detail.english(), "status_message": detail.to_json()}
+    return stored_fields(detail, text="status_detail", data="status_message")
 
 
 class Revision(models.Model):
@@ -189,8 +187,7 @@ class Revision(models.Model):
     def detail_shown(self) -> str:
         """The status detail in the active language (the English text when no message was
         stored with it)."""
-        detail = Message.from_json(self.status_message)
-        return detail.render(gettext) if detail is not None else self.status_detail
+        return shown(self.status_message, self.status_detail, gettext)
 
     @property
     def entrusted(self) -> bool:
