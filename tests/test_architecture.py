@@ -19,7 +19,7 @@ PROJECT_MODULES = {"toolhub", "toolhub.settings", "toolhub.settings_test", "tool
 # Parts that never import Django, and the other parts of ToolHub each of them may import.
 DJANGO_FREE = {
     "toolhub.runtime": set(),
-    "toolhub.sandbox": set(),
+    "toolhub.sandbox": {"toolhub.messages"},
     "toolhub.vault": set(),
     "toolhub.messages": set(),
     "toolhub.packages.envbuild": {

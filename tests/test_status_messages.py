@@ -1,7 +1,8 @@
 """A revision's status detail stored as a message (toolhub.messages: a code and its
-parameters): the writers store the code and the parameters with the English text beside it,
-pages render the message in the reader's language with the parameters as written, and the
-migration turns the English details stored before into messages.
+parameters), and a refused egress host pattern explained by one: the writers store the code
+and the parameters with the English text beside it, pages render the message in the reader's
+language with the parameters as written, and the migration turns the English details stored
+before into messages.
 
 People (tests/conftest.py): alice owns the toolkits, admin decides on packages."""
 
@@ -20,6 +21,7 @@ from tests.conftest import toolkit_source
 from toolhub.messages import FORMS, Message, as_written, joined, message
 from toolhub.packages import envbuild as envlib
 from toolhub.packages.build_runner import BuildFailed, Outcome, explain_failure
+from toolhub.sandbox.egress.rules import HostPatternRefused, validate_host_pattern
 from toolhub.toolkits import building, lifecycle
 from toolhub.toolkits.models import Revision, Status
 
@@ -71,6 +73,15 @@ def test_every_form_has_a_translation_that_keeps_its_placeholders():
 
 
 # -- The writers ----------------------------------------------------------------------------
+
+
+def test_a_refused_host_pattern_carries_its_code_and_the_pattern_as_written():
+    with pytest.raises(HostPatternRefused) as refused:
+        validate_host_pattern("*.org")
+    assert refused.value.message == message("host.whole_tld", pattern="'*.org'")
+    assert str(refused.value) == "'*.org' would allow a whole top-level domain"
+    with translation.override("fr"):
+        assert refused.value.message.render(gettext) == "'*.org' autoriserait tout un domaine de premier niveau"
 
 
 @pytest.mark.django_db

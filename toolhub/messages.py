@@ -9,7 +9,7 @@ list of messages, shown joined with "; ". Two codes have no form of their own: `
 text shown as it is (a failure no form describes), and `list`, messages joined with "; ".
 
 No Django here: the Django-free parts that explain failures (toolhub.packages.build_runner)
-write messages too. Pages render with Django's gettext, passed in as `translate`.
+and refuse egress hosts (toolhub.sandbox.egress.rules) write messages too. Pages render with Django's gettext, passed in as `translate`.
 """
 
 from __future__ import annotations
@@ -111,6 +111,13 @@ FORMS: dict[str, str] = {
     "tests.not_taken": gettext_noop("No worker took these tests (is a worker serving the sandbox queue?)."),
     "tests.replaced": gettext_noop("Replaced by a new run of the revision's tests."),
     "tests.queue_failed": gettext_noop("No worker could take the tests (the broker is unavailable)."),
+    # Why an egress allowlist entry is refused (toolhub.sandbox.egress.rules).
+    "host.not_pattern": gettext_noop(
+        "%(pattern)s is not a host name or a wildcard like '*.example.org' (a '*' may only stand as the whole first"
+        " label)"
+    ),
+    "host.invalid": gettext_noop("%(pattern)s is not a valid host name"),
+    "host.whole_tld": gettext_noop("%(pattern)s would allow a whole top-level domain"),
     # Why a run failed (Invocation.error_message): toolhub.runs.engine and services. A tool's
     # own error is stored as written.
     "run.timed_out": gettext_noop("The tool ran longer than %(seconds)s s and was stopped."),
