@@ -9,7 +9,9 @@ list of messages, shown joined with "; ". Two codes have no form of their own: `
 text shown as it is (a failure no form describes), and `list`, messages joined with "; ".
 
 No Django here: the Django-free parts that explain failures (toolhub.packages.build_runner)
-and refuse egress hosts (toolhub.sandbox.egress.rules) write messages too. Pages render with Django's gettext, passed in as `translate`.
+and refuse egress hosts (toolhub.sandbox.egress.rules) write messages too. Pages render with
+Django's gettext, passed in as `translate`; `stored_fields` and `shown` are how models keep a
+message with its English text beside it and show it.
 """
 
 from __future__ import annotations
