@@ -225,7 +225,7 @@ def _took_state(invocation: Invocation, state: dict) -> bool:
     return True
 
 
-# Only the fields a run changes that the answer shows (toolhub.api.serializers.invocation_out):
+# Only the fields a run changes that the answer shows (toolhub.api.schemas.InvocationOut):
 # refreshing the foreign keys too would drop the toolkit and revision the caller already holds,
 # and the answer would read them again; the rest would be read for nothing.
 WAIT_FIELDS = ("status", "result", "error", "limit", "pending_call", "egress", "started_at", "finished_at")
@@ -236,7 +236,7 @@ def _wait_read(vendor: str) -> tuple[str, plainsql.Converters]:
     """The statement wait_for reads the invocation with (toolhub.plainsql: the ORM's version
     cost 0.6 ms a read, twice a call): WAIT_FIELDS and whether it has events yet, in the same
     statement, so the answer to a call that sent none (most) needs no query for them
-    (`has_events`, read by invocation_out)."""
+    (`has_events`, read by InvocationOut)."""
     i_id = f"i.{plainsql.column(Invocation, 'id')}"
     select = ", ".join(f"i.{plainsql.column(Invocation, name)}" for name in WAIT_FIELDS)
     events = f"SELECT 1 FROM {plainsql.table(Event)} e WHERE e.{plainsql.column(Event, 'invocation')} = {i_id}"
