@@ -19,11 +19,14 @@ PROJECT_MODULES = {"toolhub", "toolhub.settings", "toolhub.settings_test", "tool
 # Parts that never import Django, and the other parts of ToolHub each of them may import.
 DJANGO_FREE = {
     "toolhub.runtime": set(),
-    "toolhub.sandbox": set(),
+    "toolhub.sandbox": {"toolhub.messages"},
     "toolhub.vault": set(),
-    "toolhub.packages.envbuild": {"toolhub.packages.build_runner", "toolhub.packages.locks", "toolhub.sandbox.build"},
-    "toolhub.packages.locks": {"toolhub.packages.build_runner", "toolhub.sandbox.build"},
-    "toolhub.packages.build_runner": {"toolhub.sandbox.build"},
+    "toolhub.messages": set(),
+    "toolhub.packages.envbuild": {
+        "toolhub.packages.build_runner", "toolhub.packages.locks", "toolhub.sandbox.build", "toolhub.messages"
+    },
+    "toolhub.packages.locks": {"toolhub.packages.build_runner", "toolhub.sandbox.build", "toolhub.messages"},
+    "toolhub.packages.build_runner": {"toolhub.sandbox.build", "toolhub.messages"},
     "toolhub.packages.index_client": set(),
 }
 

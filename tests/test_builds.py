@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from tests.conftest import example, start_worker, toolkit_source
 from toolhub import broker
+from toolhub.messages import as_written
 from toolhub.packages import envbuild as envlib
 from toolhub.packages.environments import environments_root
 from toolhub.packages.models import Approval, Package
@@ -363,7 +364,7 @@ def _failed(toolkit) -> Revision:
     revision = _revision(toolkit)
     revision.lock = "humanize==4.0 \\\n    --hash=sha256:00\n"
     revision.build_log = "earlier output"
-    revision.set_status(Status.FAILED, "no output for 300 s")
+    revision.set_status(Status.FAILED, as_written("no output for 300 s"))
     revision.save()
     return revision
 
@@ -518,7 +519,7 @@ def test_the_reaper_fails_a_build_that_stopped_making_progress(alice, upload, dj
 
     assert reap_stale_work.run()["builds"] == 1
     revision = _revision(stuck)
-    assert (revision.status, revision.status_detail) == (Status.FAILED, lifecycle.OVERDUE)
+    assert (revision.status, revision.status_detail) == (Status.FAILED, lifecycle.OVERDUE.english())
     assert revision.status_changed_at > old
     assert _revision(recent).status == Status.BUILDING
     # A redelivered build of the failed revision does nothing.

@@ -897,7 +897,7 @@ def test_the_runner_hides_credentials_in_urls() -> None:
 )
 def test_failures_are_explained_in_one_line(output: str, reason: str) -> None:
     outcome = build_runner.Outcome(returncode=2, lines=deque(output.splitlines()))
-    assert build_runner.explain_failure("uv pip install", outcome, index_url=None) == reason
+    assert build_runner.explain_failure("uv pip install", outcome, index_url=None).english() == reason
 
 
 def test_the_build_sandbox_sees_the_local_places_packages_come_from(tmp_path: Path) -> None:

@@ -78,7 +78,7 @@ def test_a_message_delivered_again_after_its_worker_died_fails_its_run(toolkit, 
     )
     engine.run_next(str(dead.id))
     dead.refresh_from_db()
-    assert (dead.status, dead.error) == (RunStatus.FAILED, engine.WORKER_STOPPED)
+    assert (dead.status, dead.error) == (RunStatus.FAILED, engine.WORKER_STOPPED.english())
 
 
 @pytest.mark.sandbox

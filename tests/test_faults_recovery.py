@@ -48,6 +48,7 @@ from tests.test_agent_runs import ready, setup  # noqa: F401 - the agent runs' f
 from tests.test_faults import SLOW, _terminate_backends, _wait_until
 from toolhub import broker
 from toolhub.accounts.models import ApiToken
+from toolhub.messages import as_written, message
 from toolhub.runs import engine
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.runs.services import invocation_create
@@ -107,7 +108,7 @@ def test_a_worker_whose_database_connection_was_cut_runs_its_next_reaper_pass_an
         worker.kill()
     log = worker.output()
     assert Revision.objects.get(pk=pending.pk).status == Status.READY, log[-3000:]
-    assert Invocation.objects.get(pk=dead.pk).error == engine.WORKER_STOPPED
+    assert Invocation.objects.get(pk=dead.pk).error == engine.WORKER_STOPPED.english()
     assert "terminating connection" not in log and "OperationalError" not in log, log[-3000:]
 
 
@@ -125,9 +126,9 @@ def test_the_reaper_and_a_builds_records_survive_a_cut_under_them(postgres, uplo
     assert reap_stale_agent_runs() == 0
     # A build whose first query after minutes of `uv` finds its connection gone.
     _terminate_backends()
-    lifecycle.build_progress(revision_id=revision.pk, detail="Installing the packages")
+    lifecycle.build_progress(revision_id=revision.pk, detail=message("build.environment"))
     _terminate_backends()
-    lifecycle.fail(revision_id=revision.pk, reason="for the test")
+    lifecycle.fail(revision_id=revision.pk, reason=as_written("for the test"))
     revision.refresh_from_db()
     assert (revision.status, revision.status_detail) == (Status.FAILED, "for the test")
 

@@ -166,7 +166,7 @@ def test_a_crashing_page_gets_the_styled_500_with_nothing_internal(client, alice
     toolkit = upload(alice, ECHO)
     revision = toolkit.latest_revision()
     revision.tools = [_tool("a/b")]
-    revision.set_status(Status.READY, "")
+    revision.set_status(Status.READY)
     revision.save()
     toolkit.current_revision = revision
     toolkit.save()

@@ -15,6 +15,7 @@ import pytest
 from django.utils import translation
 
 from tests.conftest import toolkit_source
+from toolhub.messages import FORMS, as_written, joined, message
 from toolhub.packages.build_runner import Outcome, explain_failure
 from toolhub.packages.models import Package
 from toolhub.runs.services import not_ready_reason
@@ -22,7 +23,6 @@ from toolhub.toolkits import lifecycle
 from toolhub.toolkits.sandboxing import outcome_reason
 from toolhub.toolkits.schema_forms import parse_submission, validate
 from toolhub.toolkits.source_checks import ToolkitSourceInvalid, parse_toolkit_source
-from toolhub.toolkits.status_text import FORMS, HOST_FORMS, RUN_ERRORS, translate_detail, translate_run_error
 
 
 @pytest.fixture(autouse=True)
@@ -110,51 +110,52 @@ def test_requirement_and_class_problems_are_translated():
 def test_every_form_of_a_stored_detail_has_a_translation_that_keeps_its_placeholders():
     for language in ("fr", "pl", "tr", "zh-hans"):
         with translation.override(language):
-            for form in FORMS + HOST_FORMS + RUN_ERRORS:
+            for form in FORMS.values():
                 translated = translation.gettext(form)
                 assert translated != form, (language, form)
                 assert set(re.findall(r"%\(\w+\)s", translated)) == set(re.findall(r"%\(\w+\)s", form))
 
 
-def test_details_the_lifecycle_and_the_build_write_are_known_forms():
-    assert {lifecycle.QUEUE_FAILED, lifecycle.INTERRUPTED, lifecycle.NOT_TAKEN, lifecycle.OVERDUE} <= set(FORMS)
+def test_details_the_lifecycle_and_the_build_write_are_shown_in_the_readers_language():
     # outcome_reason reads only these fields of a SandboxOutcome.
     for status in ("timed_out", "limit_exceeded", "crashed"):
         reason = outcome_reason(SimpleNamespace(status=status, limit="memory", exit_code=-9))
         with translation.override("pl"):
-            assert translate_detail(reason) != reason, reason
+            assert reason.render(translation.gettext) != reason.english(), reason
     conflict = Outcome(1, deque(["ERROR: No matching distribution found for humanize>=99"]))
     failed = Outcome(2, deque(["Preparing metadata", "ERROR: something broke"]))
     with translation.override("fr"):
-        assert translate_detail(explain_failure("pip-compile", conflict, index_url=None)) == (
+        assert explain_failure("pip-compile", conflict, index_url=None).render(translation.gettext) == (
             "Aucune distribution ne correspond à humanize>=99"
         )
-        assert translate_detail(explain_failure("uv pip install", failed, index_url=None)) == (
+        assert explain_failure("uv pip install", failed, index_url=None).render(translation.gettext) == (
             "uv pip install a échoué : something broke"
         )
         capped = Outcome(2, deque(["egress refused: byte limit reached (1048576 bytes per invocation)"]))
-        assert translate_detail(explain_failure("uv pip install", capped, index_url=None)) == (
+        assert explain_failure("uv pip install", capped, index_url=None).render(translation.gettext) == (
             "uv pip install s'est arrêté à la limite de téléchargement de la construction : 1 MiB"
         )
-        assert translate_detail("Loading the toolkit failed: the sandbox ran out of time") == (
+        timed_out = message("introspection.load_failed", error=message("sandbox.timed_out"))
+        assert timed_out.render(translation.gettext) == (
             "Le chargement de la boîte à outils a échoué : le bac à sable a dépassé son temps"
         )
-        assert translate_detail("Loading the toolkit failed: NameError: name 'x' is not defined") == (
+        own = message("introspection.load_failed", error=as_written("NameError: name 'x' is not defined"))
+        assert own.render(translation.gettext) == (
             "Le chargement de la boîte à outils a échoué : NameError: name 'x' is not defined"
         )
-        assert translate_detail("The build was interrupted (its worker stopped); press Retry to build again.") == (
+        assert lifecycle.INTERRUPTED.render(translation.gettext) == (
             "La construction a été interrompue (son worker s’est arrêté) ; appuyez sur Réessayer pour reconstruire."
         )
 
 
 def test_a_list_of_rejections_is_translated_part_by_part_and_a_reason_keeps_its_semicolons():
     with translation.override("fr"):
-        assert translate_detail("package a was rejected: too old; package b was rejected") == (
-            "le paquet a a été refusé : too old; le paquet b a été refusé"
-        )
-        assert translate_detail("package a was rejected: use x; not y") == "le paquet a a été refusé : use x; not y"
-        # What no writer makes is shown as stored.
-        assert translate_detail("Something else entirely") == "Something else entirely"
+        both = joined([message("package.rejected_because", name="a", reason="too old"), message("package.rejected", name="b")])
+        assert both.render(translation.gettext) == "le paquet a a été refusé : too old; le paquet b a été refusé"
+        one = joined([message("package.rejected_because", name="a", reason="use x; not y")])
+        assert one.render(translation.gettext) == "le paquet a a été refusé : use x; not y"
+        # Text no form describes is shown as written.
+        assert as_written("Something else entirely").render(translation.gettext) == "Something else entirely"
 
 
 @pytest.mark.django_db
@@ -169,6 +170,9 @@ def test_a_rejection_and_why_the_toolkit_cannot_run_are_shown_in_the_readers_lan
     # The API keeps the stored English.
     toolkit.refresh_from_db()
     assert toolkit.latest_revision().status_detail == "package humanize was rejected: Use the stdlib instead."
+    assert toolkit.latest_revision().status_message == joined(
+        [message("package.rejected_because", name="humanize", reason="Use the stdlib instead.")]
+    ).to_json()
     with translation.override("pl"):
         assert not_ready_reason(toolkit) == (
             "Zestaw narzędzi nie jest gotowy: administrator odrzucił jeden z jego pakietów. "
@@ -224,28 +228,31 @@ def test_a_refused_run_is_explained_in_the_readers_language(alice, upload):
 
 def test_why_a_run_failed_is_translated_when_the_worker_wrote_it_and_a_tools_error_is_not():
     with translation.override("fr"):
-        assert translate_run_error("The tool ran longer than 30 s and was stopped.") == (
-            "L’outil a tourné plus de 30 s et a été arrêté."
-        )
-        assert translate_run_error("Cancelled by alice.") == "Annulée par alice."
-        assert translate_run_error("The toolkit's environment could not be built: No matching distribution for x") == (
+        timed_out = message("run.timed_out", seconds=30.0)
+        assert timed_out.render(translation.gettext) == "L’outil a tourné plus de 30 s et a été arrêté."
+        assert message("run.cancelled", user="alice").render(translation.gettext) == "Annulée par alice."
+        unbuilt = message("run.environment_failed", reason=message("step.no_distribution", name="x"))
+        assert unbuilt.render(translation.gettext) == (
             "L’environnement de la boîte à outils n’a pas pu être construit : Aucune distribution ne correspond à x"
         )
-        assert translate_run_error("The model call failed: HTTP 500") == "L’appel au modèle a échoué : HTTP 500"
+        model = message("agent.model_failed", error="HTTP 500")
+        assert model.render(translation.gettext) == "L’appel au modèle a échoué : HTTP 500"
         # The tool's own words, even when they look like one of ToolHub's forms.
-        assert translate_run_error("Upload failed: timeout") == "Upload failed: timeout"
-        assert translate_run_error("") == ""
+        assert as_written("Cancelled by alice.").render(translation.gettext) == "Cancelled by alice."
 
 
 @pytest.mark.django_db
 def test_the_run_page_shows_a_cancelled_runs_error_in_the_readers_language(client, alice, upload):
-    from toolhub.runs.models import Invocation, RunStatus
+    from toolhub.runs.models import Invocation
+    from toolhub.runs.services import invocation_cancel
 
     toolkit = upload(alice, toolkit_source("Echo"), slug="echo")
     run = Invocation.objects.create(
         toolkit=toolkit, revision=toolkit.current_revision, tool="echo", user=alice, arguments={},
-        status=RunStatus.FAILED, error="Cancelled by alice.",
     )
+    invocation_cancel(invocation=run, by=alice)
+    run.refresh_from_db()
+    assert (run.error, run.error_message) == ("Cancelled by alice.", {"code": "run.cancelled", "params": {"user": "alice"}})
     client.force_login(alice)
     page = client.get(f"/invocations/{run.id}/", HTTP_ACCEPT_LANGUAGE="pl").content.decode()
     assert '<p class="error" id="error">Anulowane przez alice.</p>' in page

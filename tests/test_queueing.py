@@ -40,10 +40,10 @@ def test_an_upload_while_the_broker_is_down_answers_503_and_can_be_retried_at_on
         )
     assert time.monotonic() - started < 10
     assert response.status_code == 503, response.content
-    assert response.json()["errors"][0]["message"] == lifecycle.QUEUE_FAILED
+    assert response.json()["errors"][0]["message"] == lifecycle.QUEUE_FAILED.english()
     revision = Revision.objects.get()
     # Committed (nothing lost), and failed with the reason (nothing stuck).
-    assert (revision.status, revision.status_detail) == (Status.FAILED, lifecycle.QUEUE_FAILED)
+    assert (revision.status, revision.status_detail) == (Status.FAILED, lifecycle.QUEUE_FAILED.english())
     # The broker is back: Retry queues the build at once.
     assert lifecycle.retry(revision_id=revision.pk) is not None
     revision.refresh_from_db()
@@ -143,7 +143,7 @@ def test_a_build_whose_worker_stopped_beating_is_failed_and_a_beating_one_is_lef
             time.sleep(0.05)
         assert reap_stale_work.run()["builds"] == 1
     dead.refresh_from_db()
-    assert (dead.status, dead.status_detail) == (Status.FAILED, lifecycle.INTERRUPTED)
+    assert (dead.status, dead.status_detail) == (Status.FAILED, lifecycle.INTERRUPTED.english())
     assert Revision.objects.get(pk=alive.pk).status == Status.BUILDING
     # Retry works at once.
     assert lifecycle.retry(revision_id=dead.pk) is not None

@@ -469,10 +469,8 @@ def test_approving_an_older_revision_keeps_a_newer_current_one(pending, admin, c
 def test_the_wait_and_the_rejection_read_in_the_readers_language(entrusted, pending, alice, admin, client):
     from django.utils import translation
 
-    from toolhub.toolkits.status_text import translate_detail
-
     with translation.override("fr"):
-        assert translate_detail(pending.status_detail) == "En attente de la revue d'un administrateur : elle recevrait les Valves secrètes api_key."
+        assert pending.detail_shown() == "En attente de la revue d'un administrateur : elle recevrait les Valves secrètes api_key."
     lifecycle.review_decide(revision_id=pending.pk, user=admin, approve=False, reason="fuite ; non")
     pending.refresh_from_db()
     client.force_login(alice)

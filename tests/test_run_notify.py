@@ -11,7 +11,7 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from tests.test_api_invocations import toolkit  # noqa: F401 - fixture
-from toolhub.api.serializers import invocation_out
+from toolhub.api.schemas import InvocationOut
 from toolhub.runs import notify
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.runs.services import wait_for
@@ -25,6 +25,11 @@ def invocation(upload, alice):
     return Invocation.objects.create(
         toolkit=uploaded, revision=uploaded.latest_revision(), tool="go", user=alice, status=RunStatus.RUNNING
     )
+
+
+def _answer(invocation: Invocation) -> dict:
+    """The API's answer for an invocation, as a dict."""
+    return InvocationOut.from_orm(invocation).model_dump()
 
 
 def _finish_later(invocation_id, delay: float, *, publish: bool) -> threading.Thread:
@@ -86,7 +91,7 @@ def test_the_answer_to_a_wait_reads_the_invocation_and_its_events_only(invocatio
         Event.objects.create(invocation=invocation, seq=seq, type="status", data={"description": str(seq)})
     Invocation.objects.filter(pk=invocation.pk).update(status=RunStatus.SUCCEEDED, result="done")
     with CaptureQueriesContext(connection) as queries:
-        answer = invocation_out(wait_for(invocation, seconds=5), with_events=True)
+        answer = _answer(wait_for(invocation, seconds=5))
     assert answer["status"] == "succeeded" and answer["result"] == "done"
     assert answer["toolkit"] == invocation.toolkit.slug and answer["revision"] == invocation.revision.number
     assert [e["seq"] for e in answer["events"]] == list(range(1, events + 1))
@@ -104,8 +109,8 @@ def test_the_answer_after_a_wait_shows_everything_the_run_changed(invocation) ->
         limit="memory", cpu_ms=12, max_rss_kb=3400, pending_call={"type": "input"}, call_answer={"value": 1},
         egress={"hosts": ["example.org"]}, started_at=now, finished_at=now, heartbeat_at=now, sends=2,
     )
-    answer = invocation_out(wait_for(invocation, seconds=5), with_events=True)
-    assert answer == invocation_out(Invocation.objects.get(pk=invocation.pk), with_events=True)
+    answer = _answer(wait_for(invocation, seconds=5))
+    assert answer == _answer(Invocation.objects.get(pk=invocation.pk))
 
 
 def test_the_wait_limit_still_holds(invocation, settings) -> None:
@@ -143,11 +148,11 @@ def test_a_notice_that_carries_the_end_is_answered_without_reading_the_row_again
         Event.objects.create(invocation=invocation, seq=seq, type="status", data={"description": str(seq)})
     thread = _end_later(invocation, 0.4, result={"b": [1, "ç"], "a": None}, result_type="json", cpu_ms=3, max_rss_kb=9)
     with CaptureQueriesContext(connection) as queries:
-        answer = invocation_out(wait_for(invocation, seconds=10), with_events=True)
+        answer = _answer(wait_for(invocation, seconds=10))
     thread.join()
     # The read before the wait, and the events if the run stored any; none after the notice.
     assert len(queries) == (2 if events else 1), [query["sql"] for query in queries]
-    assert answer == invocation_out(Invocation.objects.get(pk=invocation.pk), with_events=True)
+    assert answer == _answer(Invocation.objects.get(pk=invocation.pk))
     assert list(answer["result"]) == ["b", "a"] and answer["status"] == "succeeded"
 
 

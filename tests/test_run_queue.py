@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from tests.test_api_invocations import made_invocation, toolkit  # noqa: F401 - fixture
+from toolhub.messages import as_written
 from toolhub.runs import engine, queue
 from toolhub.runs.models import Invocation, RunStatus
 
@@ -55,7 +56,7 @@ def test_a_redelivered_message_ends_only_a_silent_run(toolkit, alice, beat_ago, 
     engine.run_next(str(running.pk))
     running.refresh_from_db()
     if ended:
-        assert (running.status, running.error, running.pending_call) == (RunStatus.FAILED, engine.WORKER_STOPPED, None)
+        assert (running.status, running.error, running.pending_call) == (RunStatus.FAILED, engine.WORKER_STOPPED.english(), None)
         assert running.finished_at is not None
     else:
         assert (running.status, running.error) == (RunStatus.RUNNING, "")
@@ -117,7 +118,7 @@ def test_the_next_invocation_is_taken_in_one_statement_on_postgresql(toolkit, al
     theirs = made_invocation(toolkit, bob, created_at=timezone.now() - timedelta(seconds=1), messages=[{"role": "user", "content": "ç"}])
     now = timezone.now()
     with django_assert_num_queries(1 if connection.vendor == "postgresql" else 4):
-        taken = queue.take_next(mine.pk, now=now, silent_since=now - timedelta(seconds=60), error="gone")
+        taken = queue.take_next(mine.pk, now=now, silent_since=now - timedelta(seconds=60), error=as_written("gone"))
     assert (taken.abandoned, taken.chosen) == (False, theirs.pk)
     expected = Invocation.objects.select_related("revision", "toolkit", "user").get(pk=theirs.pk)
     assert (expected.status, expected.started_at, expected.heartbeat_at) == (RunStatus.RUNNING, now, now)
@@ -135,7 +136,7 @@ def test_taking_the_next_ends_the_message_s_own_run_only_if_it_is_silent(toolkit
     running = made_invocation(toolkit, alice, status=RunStatus.RUNNING, heartbeat_at=beat, pending_call={"type": "input"})
     queued = made_invocation(toolkit, alice)
     now = timezone.now()
-    taken = queue.take_next(running.pk, now=now, silent_since=now - timedelta(seconds=10), error="gone")
+    taken = queue.take_next(running.pk, now=now, silent_since=now - timedelta(seconds=10), error=as_written("gone"))
     running.refresh_from_db()
     assert taken.abandoned is (beat_ago is None)
     assert running.status == (RunStatus.FAILED if beat_ago is None else RunStatus.RUNNING)
@@ -147,7 +148,7 @@ def test_taking_the_next_ends_the_message_s_own_run_only_if_it_is_silent(toolkit
 def test_taking_from_an_empty_queue_claims_nothing(toolkit, alice):  # noqa: F811
     made_invocation(toolkit, alice, status=RunStatus.RUNNING, heartbeat_at=timezone.now())
     now = timezone.now()
-    assert queue.take_next(None, now=now, silent_since=now, error="gone") == queue.Taken(False, None, None)
+    assert queue.take_next(None, now=now, silent_since=now, error=as_written("gone")) == queue.Taken(False, None, None)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -162,7 +163,7 @@ def test_a_worker_that_loses_the_race_for_its_choice_claims_nothing(toolkit, ali
         # SQLite's take_next is four statements: the claim after the choice finds it taken.
         Invocation.objects.filter(pk=queued.pk).update(status=RunStatus.RUNNING, started_at=now)
         monkeypatch.setattr(queue, "fairest_queued", lambda: queued.pk)
-        taken = queue.take_next(None, now=now, silent_since=now, error="gone")
+        taken = queue.take_next(None, now=now, silent_since=now, error=as_written("gone"))
         assert taken == queue.Taken(False, queued.pk, None)
         return
     import threading
@@ -177,7 +178,7 @@ def test_a_worker_that_loses_the_race_for_its_choice_claims_nothing(toolkit, ali
             f"UPDATE {queue.table(Invocation)} SET status = %s WHERE id = %s", [RunStatus.RUNNING.value, queued.pk]
         )
         threading.Timer(0.3, other.commit).start()
-        taken = queue.take_next(None, now=now, silent_since=now, error="gone")
+        taken = queue.take_next(None, now=now, silent_since=now, error=as_written("gone"))
     finally:
         other.close()
     assert taken == queue.Taken(False, queued.pk, None)
@@ -229,7 +230,7 @@ def test_the_worker_s_statements_are_prepared_once_per_connection_on_postgresql(
     for _ in range(3):
         made = made_invocation(toolkit, alice)
         now = timezone.now()
-        taken = queue.take_next(None, now=now, silent_since=now, error="gone")
+        taken = queue.take_next(None, now=now, silent_since=now, error=as_written("gone"))
         assert taken.invocation is not None and taken.invocation.pk == made.pk
         Invocation.objects.filter(pk=made.pk).update(status=RunStatus.SUCCEEDED)
     prepared = _prepared_statements()

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from tests.conftest import example
 from tests.helpers import ready_string_reverse
+from toolhub.messages import message
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.toolkits.models import Status
 
@@ -289,7 +290,7 @@ def test_a_run_deep_link_query_count_does_not_grow_with_recent_runs_or_events(cl
 
 def test_running_a_toolkit_that_stopped_being_ready_says_why(client, toolkit, carol):
     revision = toolkit.current_revision
-    revision.set_status(Status.BUILDING, "Building the environment")
+    revision.set_status(Status.BUILDING, message("build.environment"))
     revision.save()
     client.force_login(carol)
 

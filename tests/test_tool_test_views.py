@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from tests.conftest import toolkit_source
 from tests.helpers import bearer_headers
+from toolhub.messages import message
 from toolhub.runs.models import Invocation, RunStatus
 from toolhub.toolkits.models import Status, Toolkit, ToolTest, ToolTestResult, ToolTestRun, ToolTestStatus, Use
 from toolhub.toolkits.tool_tests import MAX_TESTS, tool_test_create
@@ -35,8 +36,9 @@ def _test(toolkit, alice, name="says hi", **kwargs):
 def _failed_run(toolkit, alice, test):
     run = ToolTestRun.objects.create(toolkit=toolkit, revision=toolkit.current_revision, status=ToolTestStatus.FAILED,
                                      total=1, failed=1, started_by=alice, gate=True)
-    ToolTestResult.objects.create(run=run, test=test, name=test.name, tool="echo", message="Check 1 (equals): the result differs.",
-                                  expected="hi", actual="HI")
+    result = ToolTestResult(run=run, test=test, name=test.name, tool="echo", expected="hi", actual="HI")
+    result.set_message(message("tests.equals_differs", n=1))
+    result.save()
     return run
 
 
@@ -333,9 +335,10 @@ def test_user_valves_the_toolkit_does_not_define_are_refused(client, with_user_v
 
 def test_a_runs_messages_are_shown_in_the_readers_language(client, echo, alice):
     run = _failed_run(echo, alice, _test(echo, alice))
-    ToolTestResult.objects.create(run=run, name="hangs", tool="echo", position=1,
-                                  message="The call failed: The tool ran longer than 4 s and was stopped.")
-    ToolTestRun.objects.filter(pk=run.pk).update(error="The worker running these tests stopped before they finished.")
+    hangs = ToolTestResult(run=run, name="hangs", tool="echo", position=1)
+    hangs.set_message(message("tests.call_failed", error=message("run.timed_out", seconds=4.0)))
+    hangs.save()
+    ToolTestRun.objects.filter(pk=run.pk).update(**ToolTestRun.error_fields(message("tests.worker_stopped")))
     client.force_login(alice)
     page = client.get(f"/toolkits/echo/tests/runs/{run.pk}/", HTTP_ACCEPT_LANGUAGE="fr").content.decode()
     assert "Vérification 1 (equals) : le résultat diffère." in page

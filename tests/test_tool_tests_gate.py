@@ -198,9 +198,9 @@ def test_a_worker_that_dies_mid_run_is_reaped_like_other_steps(sleeper, alice):
     reaped = reap_stale_work.run()
     assert (reaped["builds"], reaped["test_runs"], reaped["invocations"]) == (1, 1, 1)
     revision.refresh_from_db()
-    assert (revision.status, revision.status_detail) == (Status.FAILED, lifecycle.INTERRUPTED)
+    assert (revision.status, revision.status_detail) == (Status.FAILED, lifecycle.INTERRUPTED.english())
     run = ToolTestRun.objects.get(revision=revision)
-    assert (run.status, run.error) == (ToolTestStatus.FAILED, WORKER_STOPPED)
+    assert (run.status, run.error) == (ToolTestStatus.FAILED, WORKER_STOPPED.english())
     assert Toolkit.objects.get(pk=toolkit.pk).current_revision.number == 1
 
 
@@ -260,5 +260,5 @@ def test_a_revision_tested_again_ends_the_run_of_its_earlier_attempt(upload, ali
     assert (revision.status, revision.status_detail, first.status) == (Status.BUILDING, "Running its 1 tests", ToolTestStatus.QUEUED)
     assert lifecycle.tests_begin(revision=revision)
     first.refresh_from_db()
-    assert (first.status, first.error) == (ToolTestStatus.FAILED, lifecycle.TESTS_REPLACED)
+    assert (first.status, first.error) == (ToolTestStatus.FAILED, lifecycle.TESTS_REPLACED.english())
     assert ToolTestRun.objects.filter(revision=revision, status=ToolTestStatus.QUEUED).count() == 1

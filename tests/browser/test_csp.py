@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.conftest import example
+from toolhub.messages import as_written
 from toolhub.toolkits.models import Status
 
 pytestmark = pytest.mark.browser
@@ -26,7 +27,7 @@ def test_the_pages_run_under_the_policy_without_a_refused_script(page: Page, log
     toolkit = upload(alice, example("string_reverse"))
     revision = toolkit.current_revision
     revision.build_log = "\n".join(f"line {n}" for n in range(400)) + "\nthe build ended"
-    revision.set_status(Status.FAILED, "for the test")
+    revision.set_status(Status.FAILED, as_written("for the test"))
     revision.save()
     login(alice)
     response = page.goto(f"/toolkits/{toolkit.slug}/")

@@ -15,6 +15,7 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.helpers import PHONE, assert_fits_the_screen, run_tool, wait_until_finished
 from tests.conftest import toolkit_source
+from toolhub.messages import message
 from toolhub.toolkits.models import Revision, Status, ToolTest, ToolTestResult, ToolTestRun, ToolTestStatus
 from toolhub.toolkits.tool_tests import tool_test_create
 
@@ -84,8 +85,9 @@ def _held(upload, alice) -> tuple[Revision, ToolTestRun]:
         status=Status.AWAITING_REVIEW, status_detail="1 of its 1 tests failed (says hi); an admin may still approve it.")
     run = ToolTestRun.objects.create(toolkit=toolkit, revision=revision, gate=True, status=ToolTestStatus.FAILED,
                                      total=1, failed=1, started_by=alice)
-    ToolTestResult.objects.create(run=run, test=test, name="says hi", tool="echo", expected="hi", actual="HI <b>",
-                                  message="Check 1 (equals): the result differs.")
+    result = ToolTestResult(run=run, test=test, name="says hi", tool="echo", expected="hi", actual="HI <b>")
+    result.set_message(message("tests.equals_differs", n=1))
+    result.save()
     return Revision.objects.get(pk=revision.pk), run
 
 

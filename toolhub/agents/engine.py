@@ -34,10 +34,12 @@ from toolhub import dbretry
 from toolhub.agents.client import Client, ModelError
 from toolhub.agents.models import AgentRun, AgentRunStatus
 from toolhub.heartbeat import Beat
+from toolhub.messages import Message, as_written
+from toolhub.messages import message as text_message
 from toolhub.packages import envbuild as envlib
 from toolhub.runs import engine as run_engine
 from toolhub.runs import services as run_services
-from toolhub.runs.models import RunStatus, Surface
+from toolhub.runs.models import RunStatus, Surface, error_fields
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.toolkits import access
 from toolhub.toolkits import sandboxing as sandbox
@@ -51,7 +53,8 @@ MAX_NODE_DATA = 16 * 1024
 MAX_LABEL = 200
 MAX_MESSAGES = 500
 MAX_ANSWER = 200_000
-WORKER_STOPPED = "The worker running this agent run stopped before it finished."
+# Stored as written: no translation of it exists.
+WORKER_STOPPED = as_written("The worker running this agent run stopped before it finished.")
 # Options a strategy may pass through to the chat completion.
 MODEL_OPTIONS = {"temperature", "top_p", "max_tokens", "stop", "seed", "tool_choice", "response_format"}
 
@@ -64,8 +67,8 @@ def _bounded(data: Any) -> Any:
 
 
 class _Limit(Exception):
-    def __init__(self, limit: str, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, limit: str, message: Message) -> None:
+        super().__init__(message.english())
         self.limit = limit
         self.message = message
 
@@ -121,13 +124,13 @@ class Recorder:
         except _Limit as exc:
             if self.limit is None:
                 self.limit = exc
-                self._host_node("Limit reached", {"limit": exc.limit, "reason": exc.message}, parent, "error")
-            return {"kind": "call_result", "call_id": call_id, "error": exc.message}
+                self._host_node("Limit reached", {"limit": exc.limit, "reason": exc.message.english()}, parent, "error")
+            return {"kind": "call_result", "call_id": call_id, "error": exc.message.english()}
         except _CallFailed as exc:
             return {"kind": "call_result", "call_id": call_id, "error": str(exc)}
 
     def _check_time_or_raise(self) -> None:
-        raise _Limit("time", f"The run used its {settings.TOOLHUB_AGENT_MAX_SECONDS:g} s and stops here.")
+        raise _Limit("time", text_message("agent.out_of_time", seconds=float(settings.TOOLHUB_AGENT_MAX_SECONDS)))
 
     def _check_time(self) -> float:
         left = settings.TOOLHUB_AGENT_MAX_SECONDS - (time.monotonic() - self.started)
@@ -139,10 +142,9 @@ class Recorder:
         if self.limit is not None:
             raise self.limit
         if self.usage["model_calls"] >= self.run.max_iterations:
-            message = f"The model was called max_iterations ({self.run.max_iterations}) times; the run stops here."
-            raise _Limit("max_iterations", message)
+            raise _Limit("max_iterations", text_message("agent.max_iterations", count=self.run.max_iterations))
         if self.usage["total_tokens"] >= settings.TOOLHUB_AGENT_MAX_TOKENS:
-            raise _Limit("tokens", f"The run used its budget of {settings.TOOLHUB_AGENT_MAX_TOKENS} tokens and stops here.")
+            raise _Limit("tokens", text_message("agent.out_of_tokens", count=settings.TOOLHUB_AGENT_MAX_TOKENS))
         left = self._check_time()
         messages = data.get("messages")
         if not isinstance(messages, list) or not messages or len(messages) > MAX_MESSAGES:
@@ -190,16 +192,21 @@ class Recorder:
             raise self.limit
         most = settings.TOOLHUB_AGENT_MAX_TOOL_CALLS
         if self.usage["tool_calls"] >= most:
-            raise _Limit("tool_calls", f"The run made {most} tool calls (TOOLHUB_AGENT_MAX_TOOL_CALLS); it stops here.")
+            raise _Limit("tool_calls", as_written(f"The run made {most} tool calls (TOOLHUB_AGENT_MAX_TOOL_CALLS); it stops here."))
         round_ = self.usage["model_calls"]
         in_round = self.tool_rounds.get(round_, 0)
         if in_round == 0 and len(self.tool_rounds) >= self.run.max_iterations:
-            raise _Limit("max_iterations", f"Tools were called in max_iterations ({self.run.max_iterations}) rounds; the run stops here.")
+            raise _Limit("max_iterations", as_written(
+                f"Tools were called in max_iterations ({self.run.max_iterations}) rounds; the run stops here."
+            ))
         per_answer = settings.TOOLHUB_AGENT_MAX_TOOLS_PER_ANSWER
         if in_round >= per_answer:
             raise _Limit(
                 "tools_per_answer",
-                f"{per_answer} tools were called after one model answer (TOOLHUB_AGENT_MAX_TOOLS_PER_ANSWER); the run stops here.",
+                as_written(
+                    f"{per_answer} tools were called after one model answer (TOOLHUB_AGENT_MAX_TOOLS_PER_ANSWER);"
+                    " the run stops here."
+                ),
             )
         self.tool_rounds[round_] = in_round + 1
         self.usage["tool_calls"] += 1
@@ -325,7 +332,10 @@ def take(run_id: str) -> None:
 
 
 @dbretry.retried("ending an agent run")
-def finish(run: AgentRun, status: str, **fields: Any) -> None:
+def finish(run: AgentRun, status: str, *, error: Message | None = None, **fields: Any) -> None:
+    """Record how the run ended (once); `error`: why it failed."""
+    if error is not None:
+        fields |= error_fields(error)
     AgentRun.objects.filter(pk=run.pk).exclude(status__in=[AgentRunStatus.SUCCEEDED, AgentRunStatus.FAILED]).update(
         status=status, finished_at=timezone.now(), **fields
     )
@@ -356,7 +366,7 @@ def _request(run: AgentRun) -> dict[str, Any]:
 def execute(run: AgentRun) -> None:
     """Run a claimed (running) agent run to its end; it always ends succeeded or failed."""
     if run.connection is None:
-        finish(run, AgentRunStatus.FAILED, error="The model connection was deleted.")
+        finish(run, AgentRunStatus.FAILED, error=text_message("agent.connection_deleted"))
         return
     recorder = Recorder(run, Client(run.connection))
     revision = run.strategy_revision
@@ -369,15 +379,15 @@ def execute(run: AgentRun) -> None:
             outcome = sandbox.run(revision=revision, env_dir=env_dir, request=_request(run), on_message=recorder,
                                   limits_=limits)
     except envlib.BuildFailed as exc:
-        finish(run, AgentRunStatus.FAILED, error=f"The strategy's environment could not be built: {exc.reason}")
+        finish(run, AgentRunStatus.FAILED, error=text_message("agent.environment_failed", reason=exc.message))
         return
     except sandboxlib.SandboxUnavailable as exc:
-        finish(run, AgentRunStatus.FAILED, error=str(exc))
+        finish(run, AgentRunStatus.FAILED, error=as_written(str(exc)))
         return
     except Exception as exc:  # noqa: BLE001 - an accepted run must always end
         logger.exception("agent run %s crashed in the worker", run.pk)
         recorder.save()
-        finish(run, AgentRunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
+        finish(run, AgentRunStatus.FAILED, error=text_message("run.internal_error", error=type(exc).__name__))
         return
     final = outcome.final or {}
     recorder.save()
@@ -387,15 +397,15 @@ def execute(run: AgentRun) -> None:
     elif final.get("kind") == "result":
         finish(run, AgentRunStatus.SUCCEEDED, answer=str(final.get("result") or "")[:MAX_ANSWER])
     elif final.get("kind") == "error" and recorder.model_error and "ModelInvokeError" in str(final.get("error")):
-        finish(run, AgentRunStatus.FAILED, error=f"The model call failed: {recorder.model_error}",
+        finish(run, AgentRunStatus.FAILED, error=text_message("agent.model_failed", error=str(recorder.model_error)),
                 traceback=final.get("traceback", ""))
     elif final.get("kind") == "error":
-        finish(run, AgentRunStatus.FAILED, error=f"The strategy failed: {final.get('error')}",
+        finish(run, AgentRunStatus.FAILED, error=text_message("agent.strategy_failed", error=str(final.get("error"))),
                 traceback=final.get("traceback", ""))
     elif outcome.status == "timed_out":
         finish(run, AgentRunStatus.FAILED, limit="time",
-                error=f"The strategy ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s of its own time.")
+                error=text_message("agent.strategy_timed_out", seconds=float(settings.TOOLHUB_SANDBOX_WALL_SECONDS)))
     else:
         reason = f"a sandbox limit was hit ({outcome.limit})" if outcome.limit else f"exit code {outcome.exit_code}"
-        finish(run, AgentRunStatus.FAILED, error=f"The strategy ended without an answer ({reason}).",
+        finish(run, AgentRunStatus.FAILED, error=as_written(f"The strategy ended without an answer ({reason})."),
                 traceback=outcome.stderr_tail)

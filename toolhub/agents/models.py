@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from toolhub.accounts.roles import is_admin
+from toolhub.runs.models import error_shown
 from toolhub.toolkits.fields import OrderedJSONField
 from toolhub.toolkits.valves import vault
 
@@ -111,7 +112,9 @@ class AgentRun(models.Model):
     max_iterations = models.PositiveSmallIntegerField(default=5)
     status = models.CharField(max_length=20, choices=AgentRunStatus.choices, default=AgentRunStatus.QUEUED)
     answer = models.TextField(null=True, blank=True)
+    # Why it failed, as for an invocation (toolhub.runs.models.error_fields).
     error = models.TextField(blank=True)
+    error_message = models.JSONField(default=dict, blank=True)
     # Which limit ended the run: max_iterations, time, tokens, tool_calls, tools_per_answer (or empty).
     limit = models.CharField(max_length=20, blank=True)
     log = OrderedJSONField(default=list)
@@ -138,6 +141,9 @@ class AgentRun(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in AGENT_FINISHED
+
+    def error_shown(self) -> str:
+        return error_shown(self.error_message, self.error)
 
     def log_tree(self) -> list[dict[str, Any]]:
         """The nodes nested under their parents (`children`), roots in order."""

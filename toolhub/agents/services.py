@@ -19,6 +19,8 @@ from kombu.exceptions import OperationalError
 from toolhub import broker
 from toolhub.agents.client import Client, ModelError
 from toolhub.agents.models import AgentRun, AgentRunStatus, ModelConnection, Use
+from toolhub.messages import as_written
+from toolhub.runs.models import error_fields
 from toolhub.vault.secret_fields import MASK
 
 # The Celery task that runs an agent run (toolhub.agents.tasks.run_agent).
@@ -281,7 +283,8 @@ def agent_run_create(
         send_run(str(run.id))
     except (OperationalError, OSError) as exc:
         AgentRun.objects.filter(pk=run.pk).update(
-            status=AgentRunStatus.FAILED, error="No worker could take the run (the broker is unavailable).", finished_at=timezone.now()
+            status=AgentRunStatus.FAILED, finished_at=timezone.now(),
+            **error_fields(as_written("No worker could take the run (the broker is unavailable)."))
         )
         raise AgentRunRejected(503, [(_("No worker is available right now; try again later."), None)]) from exc
     return run

@@ -14,7 +14,9 @@ from django.utils import timezone
 from toolhub import dbretry
 from toolhub.agents import engine, services
 from toolhub.agents.models import AgentRun, AgentRunStatus
+from toolhub.messages import as_written
 from toolhub.runs import engine as run_engine
+from toolhub.runs.models import error_fields
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +39,7 @@ def reap_dead() -> int:
     now = timezone.now()
     return AgentRun.objects.filter(
         status=AgentRunStatus.RUNNING, heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS)
-    ).update(status=AgentRunStatus.FAILED, finished_at=now, error=engine.WORKER_STOPPED)
+    ).update(status=AgentRunStatus.FAILED, finished_at=now, **error_fields(engine.WORKER_STOPPED))
 
 
 def resend_queued() -> int:
@@ -63,7 +65,7 @@ def fail_unclaimed() -> int:
     # The true reason: workers that were busy all along, or none serving the queue.
     busy = AgentRun.objects.filter(started_at__gte=now - resend_after).exists()
     why = "the workers were busy with other runs" if busy else "is a worker serving the sandbox queue?"
-    return unclaimed.update(
-        status=AgentRunStatus.FAILED, finished_at=now,
-        error=f"No worker took this agent run although its task was sent {settings.TOOLHUB_RESEND_MAX + 1} times ({why}).",
-    )
+    sends = settings.TOOLHUB_RESEND_MAX + 1
+    # Stored as written: no translation of it exists.
+    not_taken = as_written(f"No worker took this agent run although its task was sent {sends} times ({why}).")
+    return unclaimed.update(status=AgentRunStatus.FAILED, finished_at=now, **error_fields(not_taken))

@@ -30,19 +30,10 @@ from toolhub.accounts.models import ClientCredential
 from toolhub.accounts.roles import can_manage_toolkit, can_upload, is_admin
 from toolhub.agents import selectors as agent_selectors
 from toolhub.agents import services as agent_services
-from toolhub.agents.models import ModelConnection
+from toolhub.agents.models import AgentRun, ModelConnection
 from toolhub.api import lists, people
 from toolhub.api import schemas as s
 from toolhub.api.auth import DEFAULT_AUTH, SERVING_AUTH
-from toolhub.api.serializers import (
-    agent_run_out,
-    event_out,
-    invocation_out,
-    model_connection_out,
-    package_out,
-    review_out,
-    toolkit_out,
-)
 from toolhub.api.tool_tests import router as tool_tests_router
 from toolhub.packages import selectors as package_selectors
 from toolhub.packages import services as package_services
@@ -234,6 +225,11 @@ def _toolkit(request: AuthenticatedHttpRequest, slug: str) -> Toolkit:
     return selectors.get_toolkit_for_user(user=request.user, slug=slug)
 
 
+def _toolkit_out(request: AuthenticatedHttpRequest, toolkit: Toolkit) -> s.ToolkitOut:
+    """The toolkit's answer, its display strings in the caller's language."""
+    return s.ToolkitOut.from_orm(toolkit, context={"language": _language(request)})
+
+
 def _manageable(request: AuthenticatedHttpRequest, slug: str) -> Toolkit:
     toolkit = _toolkit(request, slug)
     if not can_manage_toolkit(request.user, toolkit):
@@ -255,7 +251,7 @@ def list_toolkits(
 
 
 @api.post("/toolkits", response={201: s.ToolkitOut, **ERRORS}, tags=["toolkits"])
-def create_toolkit(request: AuthenticatedHttpRequest, payload: s.ToolkitIn) -> Status[dict[str, Any]]:
+def create_toolkit(request: AuthenticatedHttpRequest, payload: s.ToolkitIn) -> Status[s.ToolkitOut]:
     if not can_upload(request.user):
         raise _error(403, "Only toolkit authors and admins may upload toolkits.")
     _check_size(payload.source)
@@ -263,7 +259,7 @@ def create_toolkit(request: AuthenticatedHttpRequest, payload: s.ToolkitIn) -> S
         result = services.toolkit_create(source=payload.source, user=request.user, slug=payload.slug)
     except ToolkitSourceInvalid as exc:
         raise _source_errors(exc) from None
-    return Status(201, toolkit_out(result.toolkit, language=_language(request)))
+    return Status(201, _toolkit_out(request, result.toolkit))
 
 
 @api.post(
@@ -289,30 +285,30 @@ def import_openwebui(request: AuthenticatedHttpRequest) -> dict[str, Any] | Stat
 
 
 @api.get("/toolkits/{slug}", response={200: s.ToolkitOut, **ERRORS}, tags=["toolkits"], auth=SERVING_AUTH)
-def get_toolkit(request: AuthenticatedHttpRequest, slug: str) -> dict[str, Any]:
-    return toolkit_out(_toolkit(request, slug), language=_language(request))
+def get_toolkit(request: AuthenticatedHttpRequest, slug: str) -> s.ToolkitOut:
+    return _toolkit_out(request, _toolkit(request, slug))
 
 
 @api.put("/toolkits/{slug}", response={200: s.ToolkitOut, **ERRORS}, tags=["toolkits"])
-def update_toolkit(request: AuthenticatedHttpRequest, slug: str, payload: s.SourceIn) -> dict[str, Any]:
+def update_toolkit(request: AuthenticatedHttpRequest, slug: str, payload: s.SourceIn) -> s.ToolkitOut:
     toolkit = _manageable(request, slug)
     _check_size(payload.source)
     try:
         services.revision_upload(toolkit=toolkit, source=payload.source, user=request.user)
     except ToolkitSourceInvalid as exc:
         raise _source_errors(exc) from None
-    return toolkit_out(_toolkit(request, slug), language=_language(request))
+    return _toolkit_out(request, _toolkit(request, slug))
 
 
 @api.post("/toolkits/{slug}/rollback", response={200: s.ToolkitOut, **ERRORS}, tags=["toolkits"])
-def rollback_toolkit(request: AuthenticatedHttpRequest, slug: str, payload: s.RollbackIn) -> dict[str, Any]:
+def rollback_toolkit(request: AuthenticatedHttpRequest, slug: str, payload: s.RollbackIn) -> s.ToolkitOut:
     toolkit = _manageable(request, slug)
     try:
         services.toolkit_rollback(toolkit=toolkit, number=payload.revision)
     except ToolkitSourceInvalid as exc:
         status = 409 if isinstance(exc, (services.RevisionAwaitingReview, services.RevisionRefused)) else 404
         raise _error(status, exc.errors[0].message, "revision") from None
-    return toolkit_out(_toolkit(request, slug), language=_language(request))
+    return _toolkit_out(request, _toolkit(request, slug))
 
 
 @api.delete("/toolkits/{slug}", response={204: None, **ERRORS}, tags=["toolkits"])
@@ -322,14 +318,14 @@ def delete_toolkit(request: AuthenticatedHttpRequest, slug: str) -> Status[None]
 
 
 @api.put("/toolkits/{slug}/access", response={200: s.ToolkitOut, **ERRORS}, tags=["toolkits"])
-def put_access(request: AuthenticatedHttpRequest, slug: str, payload: s.AccessIn) -> dict[str, Any]:
+def put_access(request: AuthenticatedHttpRequest, slug: str, payload: s.AccessIn) -> s.ToolkitOut:
     toolkit = _manageable(request, slug)
     try:
         access.toolkit_set_access(toolkit=toolkit, use=payload.use, groups=payload.groups, users=payload.users, by=request.user)
     except access.InvalidAccess as exc:
         raise _error(400, str(exc), exc.field) from None
     # Read again as the caller: an owner keeps access to their own toolkit whatever is set.
-    return toolkit_out(_toolkit(request, slug), language=_language(request))
+    return _toolkit_out(request, _toolkit(request, slug))
 
 
 # VALVES
@@ -409,15 +405,17 @@ REQUESTED_BY_MAX = 50
 PACKAGE_NAME_MAX = 200
 
 
-def _page(qs: QuerySet[_M], out: Callable[[_M], dict[str, Any]], limit: int, offset: int) -> dict[str, Any]:
-    """`{"items", "count", "next_offset"}` of one page of a queryset."""
+def _page(qs: QuerySet[_M], limit: int, offset: int) -> dict[str, Any]:
+    """`{"items", "count", "next_offset"}` of one page of a queryset (the items as read: the
+    response's schema builds each one)."""
     count = qs.count()
     following = offset + limit if offset + limit < count else None
-    return {"items": [out(item) for item in qs[offset:offset + limit]], "count": count, "next_offset": following}
+    return {"items": list(qs[offset:offset + limit]), "count": count, "next_offset": following}
 
 
-def _package(package: Package) -> dict[str, Any]:
-    return package_out(package_selectors.packages_with_requests(requests_shown=REQUESTED_BY_MAX).get(pk=package.pk))
+def _package(package: Package) -> Package:
+    """The package as PackageOut reads it (annotated with its requests)."""
+    return package_selectors.packages_with_requests(requests_shown=REQUESTED_BY_MAX).get(pk=package.pk)
 
 
 @api.get("/packages", response={200: s.PackageList, **ERRORS}, tags=["packages"])
@@ -429,13 +427,13 @@ def list_packages(
 ) -> dict[str, Any]:
     _admin(request)
     qs = package_selectors.packages_with_requests(status=status or None, requests_shown=REQUESTED_BY_MAX)
-    return _page(qs, package_out, limit, offset)
+    return _page(qs, limit, offset)
 
 
 @api.post("/packages/{name}/approve", response={200: s.PackageOut, **ERRORS}, tags=["packages"])
 def approve_package(
     request: AuthenticatedHttpRequest, payload: s.ApproveIn, name: str = Path(..., max_length=PACKAGE_NAME_MAX)
-) -> dict[str, Any]:
+) -> Package:
     _admin(request)
     try:
         package = lifecycle.package_approve(
@@ -450,7 +448,7 @@ def approve_package(
 @api.post("/packages/{name}/reject", response={200: s.PackageOut, **ERRORS}, tags=["packages"])
 def reject_package(
     request: AuthenticatedHttpRequest, payload: s.RejectIn, name: str = Path(..., max_length=PACKAGE_NAME_MAX)
-) -> dict[str, Any]:
+) -> Package:
     _admin(request)
     try:
         package = lifecycle.package_reject(name=name, user=request.user, reason=payload.reason)
@@ -476,19 +474,19 @@ def list_reviews(
         "number", "version", "sha256", "created_at", "status_changed_at", "status_detail",
         "toolkit__slug", "toolkit__current_revision__number", "uploaded_by__username",
     )
-    return _page(qs, review_out, limit, offset)
+    return _page(qs, limit, offset)
 
 
 def _review(
     request: AuthenticatedHttpRequest, slug: str, number: int, approve: bool, reason: str = ""
-) -> dict[str, Any]:
+) -> s.ToolkitOut:
     _admin(request)
     revision = get_object_or_404(selectors.get_toolkit_for_user(user=request.user, slug=slug).revisions, number=number)
     if approve and not reason and tool_tests.failed_gate_runs([revision.pk]):
         raise _error(400, _("Its tests failed: give a reason for approving it anyway; it is recorded."), "reason")
     if lifecycle.review_decide(revision_id=revision.pk, user=request.user, approve=approve, reason=reason) is None:
         raise _error(409, _("That revision no longer awaits review."))
-    return toolkit_out(_toolkit(request, slug), language=_language(request))
+    return _toolkit_out(request, _toolkit(request, slug))
 
 
 REVISION_NUMBER = Path(..., ge=1, le=2**31 - 1)
@@ -497,14 +495,14 @@ REVISION_NUMBER = Path(..., ge=1, le=2**31 - 1)
 @api.post("/toolkits/{slug}/revisions/{revision}/approve", response={200: s.ToolkitOut, **ERRORS}, tags=["reviews"])
 def approve_revision(
     request: AuthenticatedHttpRequest, payload: s.ReviewApproveIn, slug: str, revision: int = REVISION_NUMBER
-) -> dict[str, Any]:
+) -> s.ToolkitOut:
     return _review(request, slug, revision, approve=True, reason=payload.reason.strip())
 
 
 @api.post("/toolkits/{slug}/revisions/{revision}/reject", response={200: s.ToolkitOut, **ERRORS}, tags=["reviews"])
 def reject_revision(
     request: AuthenticatedHttpRequest, payload: s.ReviewRejectIn, slug: str, revision: int = REVISION_NUMBER
-) -> dict[str, Any]:
+) -> s.ToolkitOut:
     return _review(request, slug, revision, approve=False, reason=payload.reason.strip())
 
 
@@ -561,7 +559,7 @@ def revoke_client(request: AuthenticatedHttpRequest, client_id: int) -> Status[N
     "/toolkits/{slug}/tools/{tool}/invoke", response={200: s.InvocationOut, 202: s.QueuedOut, **ERRORS}, tags=["invocations"],
     auth=SERVING_AUTH,
 )
-def invoke(request: AuthenticatedHttpRequest, slug: str, tool: str, payload: s.InvokeIn) -> Status[dict[str, Any]]:
+def invoke(request: AuthenticatedHttpRequest, slug: str, tool: str, payload: s.InvokeIn) -> Status[s.InvocationOut | dict[str, Any]]:
     toolkit = selectors.get_toolkit_to_call(user=request.user, slug=slug)
     try:
         invocation = run_services.invocation_create(
@@ -575,7 +573,8 @@ def invoke(request: AuthenticatedHttpRequest, slug: str, tool: str, payload: s.I
     if not payload.wait:
         return Status(202, {"id": str(invocation.id), "status": invocation.status})
     try:
-        return Status(200, invocation_out(run_services.wait_for(invocation), with_events=True))
+        # Built here, not by django-ninja after the return: reading its events is part of the wait.
+        return Status(200, s.InvocationOut.from_orm(run_services.wait_for(invocation)))
     except DatabaseError:
         # Accepted and queued: the caller gets its id to poll, never a 500 that would make it
         # call (and run) the tool again.
@@ -592,8 +591,8 @@ def _invocation(request: AuthenticatedHttpRequest, invocation_id: str) -> Invoca
 
 
 @api.get("/invocations/{invocation_id}", response={200: s.InvocationOut, **ERRORS}, tags=["invocations"], auth=SERVING_AUTH)
-def get_invocation(request: AuthenticatedHttpRequest, invocation_id: str) -> dict[str, Any]:
-    return invocation_out(_invocation(request, invocation_id), with_events=True)
+def get_invocation(request: AuthenticatedHttpRequest, invocation_id: str) -> Invocation:
+    return _invocation(request, invocation_id)
 
 
 @api.get("/invocations/{invocation_id}/events", response={200: s.EventPage, **ERRORS}, tags=["invocations"], auth=SERVING_AUTH)
@@ -604,11 +603,11 @@ def list_events(
     """A run's events in order, a page at a time: pass the answer's `next_after` as `after` for
     the next page (null once there is none). However long the run, one page is one query."""
     events, next_after = events_after(_invocation(request, invocation_id), after=after, limit=limit)
-    return {"items": [event_out(e) for e in events], "next_after": next_after}
+    return {"items": events, "next_after": next_after}
 
 
 @api.post("/invocations/{invocation_id}/respond", response={200: s.InvocationOut, **ERRORS}, tags=["invocations"], auth=SERVING_AUTH)
-def respond(request: AuthenticatedHttpRequest, invocation_id: str, payload: s.RespondIn) -> dict[str, Any]:
+def respond(request: AuthenticatedHttpRequest, invocation_id: str, payload: s.RespondIn) -> Invocation:
     invocation = _invocation(request, invocation_id)
     if invocation.user_id != request.user.pk:
         raise Http404
@@ -617,11 +616,11 @@ def respond(request: AuthenticatedHttpRequest, invocation_id: str, payload: s.Re
     except run_services.InvocationRejected as exc:
         raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None
     invocation.refresh_from_db()
-    return invocation_out(invocation, with_events=True)
+    return invocation
 
 
 @api.post("/invocations/{invocation_id}/cancel", response={200: s.InvocationOut, **ERRORS}, tags=["invocations"], auth=SERVING_AUTH)
-def cancel(request: AuthenticatedHttpRequest, invocation_id: str) -> dict[str, Any]:
+def cancel(request: AuthenticatedHttpRequest, invocation_id: str) -> Invocation:
     """The invoker and admins end a run: it fails with "Cancelled by <user>." and its sandbox
     is stopped. 409 when it has already finished, 403 for someone else's run."""
     invocation = _invocation(request, invocation_id)
@@ -629,7 +628,7 @@ def cancel(request: AuthenticatedHttpRequest, invocation_id: str) -> dict[str, A
         invocation = run_services.invocation_cancel(invocation=invocation, by=request.user)
     except run_services.InvocationRejected as exc:
         raise ApiError(exc.status, [{"message": m, "field": f, "line": None} for m, f in exc.errors]) from None
-    return invocation_out(invocation, with_events=True)
+    return invocation
 
 
 # MODEL CONNECTIONS (admins)
@@ -644,11 +643,11 @@ def _connection_errors(exc: agent_services.ConnectionInvalid) -> ApiError:
 def list_model_connections(request: AuthenticatedHttpRequest) -> dict[str, Any]:
     _admin(request)
     connections = ModelConnection.objects.prefetch_related("groups").order_by("name")
-    return {"items": [model_connection_out(c) for c in connections]}
+    return {"items": list(connections)}
 
 
 @api.post("/model-connections", response={201: s.ModelConnectionOut, **ERRORS}, tags=["agents"])
-def create_model_connection(request: AuthenticatedHttpRequest, payload: s.ModelConnectionIn) -> Status[dict[str, Any]]:
+def create_model_connection(request: AuthenticatedHttpRequest, payload: s.ModelConnectionIn) -> Status[ModelConnection]:
     _admin(request)
     data = agent_services.ConnectionInput(
         name=payload.name, base_url=payload.base_url, models=payload.models, timeout_seconds=payload.timeout_seconds,
@@ -658,7 +657,7 @@ def create_model_connection(request: AuthenticatedHttpRequest, payload: s.ModelC
         connection = agent_services.connection_create(data=data, by=request.user)
     except agent_services.ConnectionInvalid as exc:
         raise _connection_errors(exc) from None
-    return Status(201, model_connection_out(connection))
+    return Status(201, connection)
 
 
 @api.post("/model-connections/{connection_id}/test", response={200: s.ModelListOut, **ERRORS}, tags=["agents"])
@@ -690,8 +689,8 @@ def create_agent_run(request: AuthenticatedHttpRequest, payload: s.AgentRunIn) -
 
 
 @api.get("/agent-runs/{run_id}", response={200: s.AgentRunOut, **ERRORS}, tags=["agents"])
-def get_agent_run(request: AuthenticatedHttpRequest, run_id: str) -> dict[str, Any]:
-    return agent_run_out(agent_selectors.get_agent_run_for_user(user=request.user, run_id=run_id))
+def get_agent_run(request: AuthenticatedHttpRequest, run_id: str) -> AgentRun:
+    return agent_selectors.get_agent_run_for_user(user=request.user, run_id=run_id)
 
 
 api.add_router("/", people.router)  # /users and /groups (admins)

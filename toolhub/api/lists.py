@@ -21,7 +21,6 @@ from toolhub import keyset
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import is_admin
 from toolhub.api import schemas as s
-from toolhub.api.serializers import toolkit_summary
 from toolhub.runs import selectors as run_selectors
 from toolhub.runs.models import Invocation
 from toolhub.toolkits import selectors
@@ -81,7 +80,7 @@ def toolkits_page(*, user: User, query: str, cursor: str, limit: int) -> dict[st
     rows = list(qs[: limit + 1])
     page = rows[:limit]
     next_cursor = keyset.encode(TOOLKIT_CURSOR, [page[-1].title, page[-1].slug]) if len(rows) > limit else None
-    return {"items": [toolkit_summary(t) for t in page], "next_cursor": next_cursor}
+    return {"items": page, "next_cursor": next_cursor}
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -1,5 +1,11 @@
+"""The API's request bodies and responses. Each response read from a model is defined here only,
+by a ReadFrom schema: an endpoint returns the object and django-ninja builds the answer from
+it; code that needs the answer as a dict asks the schema for one, as in
+`InvocationOut.from_orm(invocation).model_dump()`."""
+
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -9,7 +15,17 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_v
 
 from toolhub.accounts.clients import MAX_RATE
 from toolhub.agents import services as agents
-from toolhub.toolkits import bulk
+from toolhub.agents.models import AgentRun, ModelConnection
+from toolhub.api.read_from import ReadFrom
+from toolhub.packages.index_client import IndexInfo
+from toolhub.packages.models import Package, PackageRequest
+from toolhub.runs.models import Event, Invocation
+from toolhub.runs.selectors import events_after
+from toolhub.toolkits import bulk, tool_tests
+from toolhub.toolkits.access import access_out
+from toolhub.toolkits.display import display_texts
+from toolhub.toolkits.models import Revision, Toolkit
+from toolhub.toolkits.notices import revision_warnings
 
 # What the API accepts, stated in the OpenAPI document too (lengths are those of the columns).
 SLUG_PATTERN = r"^[a-z0-9_]{1,64}$"
@@ -31,6 +47,10 @@ class StrictBody(Schema):
     type (strict: no 0 for false, no "5" for 5)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
 
 
 class ErrorItem(Schema):
@@ -56,7 +76,8 @@ class RollbackIn(StrictBody):
     revision: int = Field(ge=1, le=2**31 - 1)
 
 
-class RevisionOut(Schema):
+# Read from a Revision that ToolkitOut.resolve_revisions gave its `gate_tests`.
+class RevisionOut(ReadFrom):
     revision: int
     sha256: str
     version: str
@@ -68,14 +89,50 @@ class RevisionOut(Schema):
     # Its tool tests before it could become current: {"status": "none|running|passed|failed|overridden", "run": id}.
     tests: dict | None = None
 
+    @staticmethod
+    def resolve_revision(revision: Revision) -> int:
+        return revision.number
 
-class ToolkitSummary(Schema):
+    @staticmethod
+    def resolve_created_at(revision: Revision) -> str:
+        return revision.created_at.isoformat()
+
+    @staticmethod
+    def resolve_uploaded_by(revision: Revision) -> str:
+        return revision.uploaded_by.username
+
+    @staticmethod
+    def resolve_reviewed_by(revision: Revision) -> str | None:
+        return revision.reviewed_by.username if revision.reviewed_by else None
+
+    @staticmethod
+    def resolve_tests(revision: Revision) -> dict:
+        return revision.gate_tests  # type: ignore[attr-defined]
+
+
+# Read from a Toolkit (and its current revision).
+class ToolkitSummary(ReadFrom):
     slug: str
     title: str
     version: str
     revision: int | None
     status: RevisionStatus
     tool_names: list[str]
+
+    @staticmethod
+    def resolve_version(toolkit: Toolkit) -> str:
+        revision = toolkit.current_revision
+        return revision.version if revision else ""
+
+    @staticmethod
+    def resolve_revision(toolkit: Toolkit) -> int | None:
+        revision = toolkit.current_revision
+        return revision.number if revision else None
+
+    @staticmethod
+    def resolve_tool_names(toolkit: Toolkit) -> list[str]:
+        revision = toolkit.current_revision
+        return revision.tool_names if revision else []
 
 
 class AccessOut(Schema):
@@ -100,6 +157,14 @@ class AccessIn(StrictBody):
         return value
 
 
+def _ready(toolkit: Toolkit) -> Revision | None:
+    """The current revision when it is ready: only then are its tools and valves shown."""
+    revision = toolkit.current_revision
+    return revision if revision is not None and revision.status == "ready" else None
+
+
+# Read from a Toolkit, in full: `display` is resolved for the `language` of the validation's
+# context (`ToolkitOut.from_orm(toolkit, context={"language": "pl"})`), else English.
 class ToolkitOut(ToolkitSummary):
     description: str
     author: str
@@ -114,6 +179,74 @@ class ToolkitOut(ToolkitSummary):
     egress: dict[str, Any] | None = None
     warnings: list[dict[str, Any]] = []
     access: AccessOut
+
+    @staticmethod
+    def resolve_description(toolkit: Toolkit) -> str:
+        revision = toolkit.current_revision
+        return revision.description if revision else ""
+
+    @staticmethod
+    def resolve_author(toolkit: Toolkit) -> str:
+        revision = toolkit.current_revision
+        return revision.manifest.get("author", "") if revision else ""
+
+    @staticmethod
+    def resolve_status_detail(toolkit: Toolkit) -> str | None:
+        revision = toolkit.current_revision
+        return (revision.status_detail or None) if revision else None
+
+    @staticmethod
+    def resolve_manifest(toolkit: Toolkit) -> dict[str, str]:
+        revision = toolkit.current_revision
+        return revision.manifest if revision else {}
+
+    @staticmethod
+    def resolve_requirements(toolkit: Toolkit) -> list[str]:
+        revision = toolkit.current_revision
+        return revision.requirement_texts if revision else []
+
+    @staticmethod
+    def resolve_tools(toolkit: Toolkit) -> list[dict[str, Any]]:
+        revision = _ready(toolkit)
+        return revision.tools if revision else []
+
+    @staticmethod
+    def resolve_valves_schema(toolkit: Toolkit) -> dict[str, Any] | None:
+        revision = _ready(toolkit)
+        return revision.valves_schema if revision else None
+
+    @staticmethod
+    def resolve_user_valves_schema(toolkit: Toolkit) -> dict[str, Any] | None:
+        revision = _ready(toolkit)
+        return revision.user_valves_schema if revision else None
+
+    @staticmethod
+    def resolve_revisions(toolkit: Toolkit) -> list[Revision]:
+        revisions = list(toolkit.revisions.select_related("uploaded_by", "reviewed_by").only(
+            "number", "sha256", "version", "created_at", "uploaded_by__username", "status", "reviewed_by__username"
+        ).order_by("number"))
+        # Each revision's tool tests before it could become current (docs/tool-tests.md), in one
+        # query for all of them; RevisionOut reads them from the revision.
+        tests = tool_tests.revision_tests([r.pk for r in revisions])
+        for revision in revisions:
+            revision.gate_tests = tests[revision.pk]  # type: ignore[attr-defined]
+        return revisions
+
+    @staticmethod
+    def resolve_display(toolkit: Toolkit, context: dict[str, Any]) -> dict[str, Any]:
+        return display_texts(toolkit=toolkit, revision=toolkit.current_revision, language=context.get("language", "en"))
+
+    @staticmethod
+    def resolve_egress(toolkit: Toolkit) -> dict[str, Any] | None:
+        return {"granted": toolkit.egress_granted, "hosts": toolkit.egress_hosts} if toolkit.egress_granted else None
+
+    @staticmethod
+    def resolve_warnings(toolkit: Toolkit) -> list[dict[str, Any]]:
+        return revision_warnings(toolkit.current_revision)
+
+    @staticmethod
+    def resolve_access(toolkit: Toolkit) -> dict[str, Any]:
+        return access_out(toolkit)
 
 
 class ToolkitList(Schema):
@@ -132,10 +265,24 @@ class ValvesOut(Schema):
     secrets: dict[str, bool]
 
 
-class PackageRequestOut(Schema):
+# Read from a PackageRequest: the revision that asks for the package.
+class PackageRequestOut(ReadFrom):
     toolkit: str
     revision: int
     specifier: str
+
+    @staticmethod
+    def resolve_toolkit(request: PackageRequest) -> str:
+        return request.revision.toolkit.slug
+
+    @staticmethod
+    def resolve_revision(request: PackageRequest) -> int:
+        return request.revision.number
+
+
+# What a stored index lookup (Package.index_info, IndexInfo.as_dict()) reads as where it lacks
+# a key.
+_INDEX_DEFAULTS = {f.name: f.default for f in dataclasses.fields(IndexInfo) if f.default is not dataclasses.MISSING}
 
 
 class PackageIndexOut(Schema):
@@ -159,7 +306,9 @@ class PackageIndexOut(Schema):
     error: str
 
 
-class PackageOut(Schema):
+# Read from a Package annotated with `requested_count` and the first of its requests in
+# `shown_requests` (toolhub.packages.selectors.packages_with_requests).
+class PackageOut(ReadFrom):
     name: str
     status: PackageStatus
     constraint: str
@@ -170,6 +319,20 @@ class PackageOut(Schema):
     requested_count: int
     reviewed_by: str | None
     reason: str
+
+    @staticmethod
+    def resolve_index(package: Package) -> dict[str, Any]:
+        # The stored lookup, read by PackageIndexOut; a key it lacks reads as IndexInfo's default.
+        stored = package.index_info if isinstance(package.index_info, dict) else {}
+        return {**_INDEX_DEFAULTS, **stored, "state": package.index_state, "checked_at": package.index_checked_at}
+
+    @staticmethod
+    def resolve_requested_by(package: Package) -> list[PackageRequest]:
+        return package.shown_requests  # type: ignore[attr-defined]
+
+    @staticmethod
+    def resolve_reviewed_by(package: Package) -> str | None:
+        return package.reviewed_by.username if package.reviewed_by else None
 
 
 class PackageList(Schema):
@@ -191,7 +354,8 @@ class RejectIn(StrictBody):
     reason: str = Field(min_length=1, max_length=MAX_REASON_CHARS)
 
 
-class ReviewOut(Schema):
+# Read from a revision awaiting review (toolhub.toolkits.selectors.revisions_awaiting_review).
+class ReviewOut(ReadFrom):
     toolkit: str
     revision: int
     version: str
@@ -203,6 +367,31 @@ class ReviewOut(Schema):
     status_detail: str
     # The toolkit's current revision, which keeps serving until this one is approved.
     current_revision: int | None
+
+    @staticmethod
+    def resolve_toolkit(revision: Revision) -> str:
+        return revision.toolkit.slug
+
+    @staticmethod
+    def resolve_revision(revision: Revision) -> int:
+        return revision.number
+
+    @staticmethod
+    def resolve_uploaded_by(revision: Revision) -> str:
+        return revision.uploaded_by.username
+
+    @staticmethod
+    def resolve_created_at(revision: Revision) -> str | None:
+        return _iso(revision.created_at)
+
+    @staticmethod
+    def resolve_waiting_since(revision: Revision) -> str | None:
+        return _iso(revision.status_changed_at)
+
+    @staticmethod
+    def resolve_current_revision(revision: Revision) -> int | None:
+        current = revision.toolkit.current_revision
+        return current.number if current else None
 
 
 class ReviewList(Schema):
@@ -232,7 +421,8 @@ class RespondIn(StrictBody):
     value: Any = None
 
 
-class EventOut(Schema):
+# Read from an Event.
+class EventOut(ReadFrom):
     seq: int
     type: str
     data: Any
@@ -244,7 +434,20 @@ class EventPage(Schema):
     next_after: int | None
 
 
-class InvocationOut(Schema):
+def _events_page(invocation: Invocation, context: dict[str, Any]) -> tuple[list[Event], int | None]:
+    """The invocation's first page of events and the cursor of the rest, for `events` and
+    `events_next_after`: one query answers both, kept in the answer's context for the second.
+    An invocation read with `has_events` (runs.services.wait_for reads it with the row) that
+    has none is answered without a query for them."""
+    key = f"events {invocation.pk}"
+    if key not in context:
+        context[key] = events_after(invocation) if getattr(invocation, "has_events", True) else ([], None)
+    return context[key]
+
+
+# Read from an Invocation: with (at most) its first EVENTS_PAGE_MAX events; `events_next_after`
+# is the cursor of the rest (GET /invocations/{id}/events?after=), null when they are all here.
+class InvocationOut(ReadFrom):
     id: str
     toolkit: str
     revision: int
@@ -266,6 +469,50 @@ class InvocationOut(Schema):
     client: str | None = None
     surface: str = "api"
 
+    @staticmethod
+    def resolve_id(invocation: Invocation) -> str:
+        return str(invocation.id)
+
+    @staticmethod
+    def resolve_toolkit(invocation: Invocation) -> str:
+        return invocation.toolkit.slug
+
+    @staticmethod
+    def resolve_revision(invocation: Invocation) -> int:
+        return invocation.revision.number
+
+    @staticmethod
+    def resolve_error(invocation: Invocation) -> str | None:
+        return invocation.error or None
+
+    @staticmethod
+    def resolve_events(invocation: Invocation, context: dict[str, Any]) -> list[Event]:
+        return _events_page(invocation, context)[0]
+
+    @staticmethod
+    def resolve_events_next_after(invocation: Invocation, context: dict[str, Any]) -> int | None:
+        return _events_page(invocation, context)[1]
+
+    @staticmethod
+    def resolve_created_at(invocation: Invocation) -> str:
+        return invocation.created_at.isoformat()
+
+    @staticmethod
+    def resolve_started_at(invocation: Invocation) -> str | None:
+        return _iso(invocation.started_at)
+
+    @staticmethod
+    def resolve_finished_at(invocation: Invocation) -> str | None:
+        return _iso(invocation.finished_at)
+
+    @staticmethod
+    def resolve_limit(invocation: Invocation) -> str | None:
+        return invocation.limit or None
+
+    @staticmethod
+    def resolve_client(invocation: Invocation) -> str | None:
+        return invocation.client.name if invocation.client is not None else None
+
 
 class QueuedOut(Schema):
     id: str
@@ -285,7 +532,8 @@ class ModelConnectionIn(StrictBody):
     groups: list[str] = Field(default_factory=list, max_length=100)
 
 
-class ModelConnectionOut(Schema):
+# Read from a ModelConnection; the key and the headers' values are never part of it.
+class ModelConnectionOut(ReadFrom):
     id: int
     name: str
     base_url: str
@@ -296,6 +544,26 @@ class ModelConnectionOut(Schema):
     groups: list[str]
     api_key_set: bool
     created_at: str
+
+    @staticmethod
+    def resolve_id(connection: ModelConnection) -> int:
+        return connection.pk
+
+    @staticmethod
+    def resolve_models(connection: ModelConnection) -> list[str]:
+        return list(connection.offered_models)
+
+    @staticmethod
+    def resolve_header_names(connection: ModelConnection) -> list[str]:
+        return list(connection.header_names)
+
+    @staticmethod
+    def resolve_groups(connection: ModelConnection) -> list[str]:
+        return sorted(g.name for g in connection.groups.all())
+
+    @staticmethod
+    def resolve_created_at(connection: ModelConnection) -> str | None:
+        return _iso(connection.created_at)
 
 
 class ModelConnectionList(Schema):
@@ -363,7 +631,8 @@ class AgentLogNode(Schema):
     data: dict[str, Any]
 
 
-class AgentRunOut(Schema):
+# Read from an AgentRun.
+class AgentRunOut(ReadFrom):
     id: str
     status: str
     connection: str
@@ -381,6 +650,46 @@ class AgentRunOut(Schema):
     created_at: str
     started_at: str | None
     finished_at: str | None
+
+    @staticmethod
+    def resolve_id(run: AgentRun) -> str:
+        return str(run.id)
+
+    @staticmethod
+    def resolve_connection(run: AgentRun) -> str:
+        return run.connection_name
+
+    @staticmethod
+    def resolve_strategy(run: AgentRun) -> str:
+        return run.strategy.slug
+
+    @staticmethod
+    def resolve_tools(run: AgentRun) -> list[dict[str, str]]:
+        return [{"toolkit": t["toolkit"], "tool": t["tool"], "name": t["name"]} for t in run.tools]
+
+    @staticmethod
+    def resolve_answer(run: AgentRun) -> str | None:
+        return run.answer if run.status == "succeeded" else None
+
+    @staticmethod
+    def resolve_error(run: AgentRun) -> str | None:
+        return run.error or None
+
+    @staticmethod
+    def resolve_limit(run: AgentRun) -> str | None:
+        return run.limit or None
+
+    @staticmethod
+    def resolve_created_at(run: AgentRun) -> str | None:
+        return _iso(run.created_at)
+
+    @staticmethod
+    def resolve_started_at(run: AgentRun) -> str | None:
+        return _iso(run.started_at)
+
+    @staticmethod
+    def resolve_finished_at(run: AgentRun) -> str | None:
+        return _iso(run.finished_at)
 
 
 class ExportEntry(Schema):

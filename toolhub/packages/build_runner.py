@@ -4,7 +4,8 @@
 (`tool_env`), inside the build sandbox when given one (`toolhub.sandbox.build`: as the build
 user, seeing only the paths named for the step), hands each line of output to a `log` callback as it arrives, and kills the whole
 group when the build's total time or its allowed silence runs out. `explain_failure` turns the
-output of a failed command into the one-line `BuildFailed.reason` a user sees.
+output of a failed command into the one-line message (toolhub.messages) a user sees, the
+`BuildFailed` it raises.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from urllib.parse import urlsplit
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from toolhub.messages import Message, as_written, message
 from toolhub.sandbox.build import BuildSandbox
 
 Log = Callable[[str], None]
@@ -48,14 +50,18 @@ class Timeouts:
 
 
 class BuildFailed(Exception):
-    """A lock or an environment could not be made; `reason` is one line for the user."""
+    """A lock or an environment could not be made: `message` says why for the user (text is
+    shown as written), `reason` is its one line of English."""
 
-    def __init__(self, reason: str) -> None:
-        reason = " ".join(reason.split())
-        if len(reason) > 300:
-            reason = reason[:299] + "…"
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, reason: str | Message) -> None:
+        english = str(reason)
+        line = " ".join(english.split())
+        if len(line) > 300:
+            line = line[:299] + "…"
+        super().__init__(line)
+        self.reason = line
+        # A message whose English would not fit on one line is kept as that line, as written.
+        self.message = reason if isinstance(reason, Message) and line == english else as_written(line)
 
 
 class SourceBuildRefused(BuildFailed):
@@ -70,11 +76,11 @@ class SourceBuildRefused(BuildFailed):
         self.name = name
 
 
-def refused_source_build(reason: str, *, only_binary: bool, allowed: Sequence[str]) -> str | None:
+def refused_source_build(reason: Message, *, only_binary: bool, allowed: Sequence[str]) -> str | None:
     """The package a binary-only step found no wheel of, when that is why it failed
     (`reason` from explain_failure) and no admin allowed it to be built from source."""
-    found = re.fullmatch(r"No matching distribution for (\S+)", reason)
-    name = _name_of(found.group(1)) if found and only_binary else None
+    found = reason.code == "step.no_distribution" and only_binary
+    name = _name_of(str(reason.params["name"])) if found else None
     return name if name and name not in allowed else None
 
 
@@ -296,7 +302,7 @@ def explain_failure(
     *,
     index_url: str | None,
     constraints: Sequence[str] = (),
-) -> str:
+) -> Message:
     """One line saying why `tool` failed, from the last lines of its output.
 
     `index_url` names the index when the output does not say which one was unreachable;
@@ -308,26 +314,26 @@ def explain_failure(
     # The build's own caps (toolhub/sandbox/build.py), before the network errors they cause.
     capped = _BYTE_CAP.search(text)
     if capped:
-        return f"{tool} stopped at the build's download limit of {_size(int(capped.group(1)))}"
+        return message("step.download_limit", tool=tool, size=_size(int(capped.group(1))))
     opened = _CONNECTION_CAP.search(text)
     if opened:
-        return f"{tool} opened more than {opened.group(1)} connections at once through the build's egress proxy"
+        return message("step.connection_limit", tool=tool, count=int(opened.group(1)))
 
     network = [line for line in lines if _NETWORK_ERRORS.search(line)]
     if network:
         fetches = [line for line in lines if "fetch" in line.lower()]
-        return "index unreachable: " + _describe_network_error(network + fetches, index_url)
+        return message("step.index_unreachable", where=_describe_network_error(network + fetches, index_url))
 
     hashes = re.search(r"Hash mismatch for `?([^`\s:]+)", text)
     if hashes or "THESE PACKAGES DO NOT MATCH THE HASHES" in text:
         name = hashes.group(1) if hashes else "a package"
-        return f"hash mismatch for {name}: the index serves other files than the lock names"
+        return message("step.hash_mismatch", name=name)
 
     # Before the tool's own last words, which name whatever it was writing ("Failed to
     # install ...") and not why: the host's disk, not the toolkit, needs someone's attention.
     full = re.search(r"No space left on device|Disk quota exceeded", text)
     if full:
-        return f"{tool} failed: the disk is full on this host ({full.group(0)})"
+        return message("step.failed", tool=tool, error=f"the disk is full on this host ({full.group(0)})")
 
     build = _explain_build_failure(lines)
     if build:
@@ -340,10 +346,11 @@ def explain_failure(
         or re.search(r"Wheels are required for `([^`]+)` because building from source is disabled", text)
     )
     if missing:
-        reason = f"No matching distribution for {missing.group(1)}"
         name = _name_of(missing.group(1))
         limits = [c for c in constraints if _name_of(c) == name]
-        return f"{reason} (constrained to {', '.join(limits)})" if limits else reason
+        if limits:
+            return message("step.no_distribution_constrained", name=missing.group(1), limits=", ".join(limits))
+        return message("step.no_distribution", name=missing.group(1))
 
     if re.search(r"conflicting dependencies|ResolutionImpossible|requirements are unsatisfiable", text):
         return _explain_conflict(text, constraints)
@@ -351,8 +358,8 @@ def explain_failure(
     for line in reversed(lines):
         stripped = line.strip()
         if stripped.lower().startswith("error:"):
-            return f"{tool} failed: {stripped[6:].strip()}"
-    return f"{tool} exited with status {result.returncode}"
+            return message("step.failed", tool=tool, error=stripped[6:].strip())
+    return message("step.exited", tool=tool, status=result.returncode)
 
 
 def _size(count: int) -> str:
@@ -389,7 +396,7 @@ _EXCEPTION_LINE = re.compile(r"^\s*([\w.]*(?:Error|Exception|Failed)): (.+)$")
 _PIP_SUBJECT = re.compile(r"^\s*(?:Processing|Collecting|Downloading|Using cached) (\S+)")
 
 
-def _explain_build_failure(lines: list[str]) -> str | None:
+def _explain_build_failure(lines: list[str]) -> Message | None:
     text = "\n".join(lines)
     if not any(marker in text for marker in _BUILD_FAILURES):
         return None
@@ -409,7 +416,9 @@ def _explain_build_failure(lines: list[str]) -> str | None:
         detail = exceptions[0].group(2).strip()
     else:
         detail = ""
-    return f"{name} failed to build: {detail}" if detail else f"{name} failed to build"
+    if detail:
+        return message("step.package_build_failed_because", name=name, detail=detail)
+    return message("step.package_build_failed", name=name)
 
 
 def _distribution_name(subject: str) -> str:
@@ -433,7 +442,7 @@ def _name_of(requirement: str) -> str | None:
 _CONFLICT_PART = re.compile(r"SpecifierRequirement\('([^']+)'\), parent=(?:None|\w+\('([^']+)'\))")
 
 
-def _explain_conflict(text: str, constraints: Sequence[str]) -> str:
+def _explain_conflict(text: str, constraints: Sequence[str]) -> Message:
     limits = {_name_of(c): c for c in constraints}
     parts = _CONFLICT_PART.findall(text)
     for requirement, parent in parts:
@@ -441,12 +450,12 @@ def _explain_conflict(text: str, constraints: Sequence[str]) -> str:
         if constraint is None:
             continue
         if not parent:
-            return f"constraint {constraint} contradicts requirement {requirement}"
+            return message("step.constraint_contradicts_requirement", constraint=constraint, requirement=requirement)
         # The parent is a distribution file or URL, e.g. …/toolhub_demo_a-1.0-py3-none-any.whl.
         name, _, rest = parent.rstrip("/").rpartition("/")[2].partition("-")
         version = rest.split("-")[0].removesuffix(".tar.gz").removesuffix(".zip")
         who = f"{canonicalize_name(name)} {version}" if name and version else parent
-        return f"constraint {constraint} contradicts {who}, which requires {requirement}"
+        return message("step.constraint_contradicts_dependency", constraint=constraint, who=who, requirement=requirement)
     if parts:
-        return "conflicting requirements: " + ", ".join(sorted({r for r, _ in parts}))
-    return "conflicting requirements"
+        return as_written("conflicting requirements: " + ", ".join(sorted({r for r, _ in parts})))
+    return as_written("conflicting requirements")

@@ -20,9 +20,10 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from toolhub import dbretry
 from toolhub.heartbeat import Beat
+from toolhub.messages import Message, as_written, message
 from toolhub.packages import envbuild as envlib
 from toolhub.runs import notify, queue
-from toolhub.runs.models import BUSY, FINISHED, Event, Invocation, RunStatus, Surface
+from toolhub.runs.models import BUSY, FINISHED, Event, Invocation, RunStatus, Surface, error_fields
 from toolhub.runs.selectors import parse_invocation_id
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox.limits import StopRun
@@ -43,7 +44,8 @@ DEAD_AFTER_SECONDS = 20.0
 RESEND_BATCH = 1000
 # Host time (event writes, heartbeats) credited to a run beyond its answer budget.
 HOST_SLACK_SECONDS = 10.0
-WORKER_STOPPED = "The worker running this invocation stopped before it finished."
+# Stored as written: no translation of it exists.
+WORKER_STOPPED = as_written("The worker running this invocation stopped before it finished.")
 # Events are written in batches of at most this many, at the latest this long after the first
 # of a batch arrived (the run page polls every 500 ms).
 EVENT_BATCH = 200
@@ -459,7 +461,7 @@ def _execute(invocation: Invocation) -> None:
         request = _invoke_request(invocation)
     except Exception as exc:  # noqa: BLE001 - an accepted invocation must always end
         logger.exception("invocation %s could not be prepared", invocation_id)
-        _finish(invocation, RunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
+        _finish(invocation, RunStatus.FAILED, error=message("run.internal_error", error=type(exc).__name__))
         return
     revision = invocation.revision
     scrub = Scrubber(request, revision)
@@ -490,18 +492,18 @@ def _execute(invocation: Invocation) -> None:
     except envlib.BuildFailed as exc:
         # Environments are built per host (from the stored lock): name the host that could not.
         host = settings.TOOLHUB_HOST_NAME
-        _finish(invocation, RunStatus.FAILED, error=f"The toolkit's environment could not be built on {host}: {exc.reason}")
+        _finish(invocation, RunStatus.FAILED, error=message("run.environment_failed_on", host=host, reason=exc.message))
         return
     except sandboxlib.SandboxUnavailable as exc:
-        _finish(invocation, RunStatus.FAILED, error=str(exc))
+        _finish(invocation, RunStatus.FAILED, error=as_written(str(exc)))
         return
     except dbretry.WriteFailed as exc:
         # The database went away for longer than one reconnect: say so, not "internal error".
-        _finish(invocation, RunStatus.FAILED, error=f"The worker could not record the run: {exc}")
+        _finish(invocation, RunStatus.FAILED, error=message("run.not_recorded", error=str(exc)))
         return
     except Exception as exc:  # noqa: BLE001 - an accepted invocation must always end
         logger.exception("invocation %s crashed in the worker", invocation_id)
-        _finish(invocation, RunStatus.FAILED, error=f"Internal error in the worker ({type(exc).__name__}).")
+        _finish(invocation, RunStatus.FAILED, error=message("run.internal_error", error=type(exc).__name__))
         return
     del request
 
@@ -514,22 +516,27 @@ def _execute(invocation: Invocation) -> None:
     outcome.stderr_tail = scrub(outcome.stderr_tail)
     usage = {"cpu_ms": outcome.cpu_ms, "max_rss_kb": outcome.max_rss_kb}
     if outcome.status == "timed_out":
-        end(RunStatus.TIMED_OUT, error=f"The tool ran longer than {settings.TOOLHUB_SANDBOX_WALL_SECONDS:g} s and was stopped.", limit=outcome.limit or "wall_time", **usage)
+        timed_out = message("run.timed_out", seconds=float(settings.TOOLHUB_SANDBOX_WALL_SECONDS))
+        end(RunStatus.TIMED_OUT, error=timed_out, limit=outcome.limit or "wall_time", **usage)
     elif outcome.status == "limit_exceeded" and outcome.limit in ("events", "event_bytes"):
-        what = (
-            f"more than {settings.TOOLHUB_MAX_EVENTS} events" if outcome.limit == "events"
-            else f"more than {settings.TOOLHUB_MAX_EVENT_BYTES} bytes of events"
+        too_many = (
+            message("run.too_many_events", count=settings.TOOLHUB_MAX_EVENTS) if outcome.limit == "events"
+            else message("run.too_many_event_bytes", count=settings.TOOLHUB_MAX_EVENT_BYTES)
         )
-        end(RunStatus.FAILED, error=f"The tool sent {what} and was stopped.", limit=outcome.limit, **usage)
+        end(RunStatus.FAILED, error=too_many, limit=outcome.limit, **usage)
     elif outcome.status == "limit_exceeded":
         # A MemoryError or EFBIG still sends its final error line: keep its traceback.
-        end(RunStatus.FAILED, error=f"The tool hit a sandbox limit ({outcome.limit}) and was stopped.", limit=outcome.limit or "", traceback=final.get("traceback", ""), **usage)
+        hit = message("run.sandbox_limit", limit=str(outcome.limit))
+        end(RunStatus.FAILED, error=hit, limit=outcome.limit or "", traceback=final.get("traceback", ""), **usage)
     elif final.get("kind") == "result":
         end(RunStatus.SUCCEEDED, result=final.get("result"), result_type=final.get("result_type", "text"), **usage)
     elif final.get("kind") == "error":
-        end(RunStatus.FAILED, error=final.get("error") or "The tool failed.", traceback=final.get("traceback", ""), **usage)
+        # The tool's own error, as it wrote it.
+        own = as_written(str(final.get("error") or "The tool failed."))
+        end(RunStatus.FAILED, error=own, traceback=final.get("traceback", ""), **usage)
     else:
-        end(RunStatus.FAILED, error=sandboxing.outcome_reason(outcome) or "The tool ended without a result.", traceback=outcome.stderr_tail, **usage)
+        reason = sandboxing.outcome_reason(outcome) or as_written("The tool ended without a result.")
+        end(RunStatus.FAILED, error=reason, traceback=outcome.stderr_tail, **usage)
 
 
 def _alive(invocation: Invocation) -> bool:
@@ -572,12 +579,16 @@ def _user_valves(invocation: Invocation) -> dict:
     return load_values(toolkit=invocation.toolkit, user=invocation.user)
 
 
-def _finish(invocation: Invocation, status: str, *, events: int | None = None, **fields) -> None:
+def _finish(
+    invocation: Invocation, status: str, *, events: int | None = None, error: Message | None = None, **fields
+) -> None:
     """Record how the invocation ended (once: a finished one is never changed). The result
     of a tool that ran is the one write that must not be lost to a dropped connection.
     `events`: how many the run stored, for a run this worker claimed; its waiter is then told
-    the end itself (notify.ended_state)."""
+    the end itself (notify.ended_state). `error`: why it failed."""
     fields.setdefault("finished_at", timezone.now())
+    if error is not None:
+        fields |= error_fields(error)
     recorded = dbretry.write(
         lambda: queue.finish(invocation.pk, status, fields),
         what=f"recording the end ({status}) of invocation {invocation.pk}",
@@ -593,7 +604,7 @@ def reap_stale_invocations() -> int:
     worker took although their task was sent 1 + TOOLHUB_RESEND_MAX times; returns how many."""
     now = timezone.now()
     n_dead = _abandoned(Invocation.objects.all(), now).update(
-        status=RunStatus.FAILED, finished_at=now, pending_call=None, error=WORKER_STOPPED
+        status=RunStatus.FAILED, finished_at=now, pending_call=None, **error_fields(WORKER_STOPPED)
     )
     resend_after = timedelta(seconds=settings.TOOLHUB_RESEND_AFTER_SECONDS)
     unclaimed = Invocation.objects.filter(
@@ -603,11 +614,9 @@ def reap_stale_invocations() -> int:
     if unclaimed.exists():
         # The true reason: workers that were busy all along, or none serving the queue.
         busy = Invocation.objects.filter(started_at__gte=now - resend_after).exists()
-        why = "the workers were busy with other invocations" if busy else "is a worker serving the sandbox queue?"
-        n_unclaimed = unclaimed.update(
-            status=RunStatus.FAILED, finished_at=now,
-            error=f"No worker took this invocation although its task was sent {settings.TOOLHUB_RESEND_MAX + 1} times ({why}).",
-        )
+        why = message("run.workers_busy") if busy else message("run.no_worker")
+        not_taken = message("run.not_taken", count=settings.TOOLHUB_RESEND_MAX + 1, why=why)
+        n_unclaimed = unclaimed.update(status=RunStatus.FAILED, finished_at=now, **error_fields(not_taken))
     return n_dead + n_unclaimed
 
 

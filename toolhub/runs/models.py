@@ -6,12 +6,26 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from toolhub.messages import Message, shown, stored_fields
 from toolhub.toolkits.fields import OrderedJSONField
 
 # The start of the error a cancelled run ends with (runs.services.invocation_cancel).
 CANCELLED_PREFIX = "Cancelled by "
+
+
+def error_fields(error: Message | None) -> dict[str, object]:
+    """Why a run failed as its two fields, for save(), update() or queue.finish(): the message
+    (toolhub.messages) and its English rendering, the API's text, so that they always agree."""
+    return stored_fields(error, text="error", data="error_message")
+
+
+def error_shown(stored: dict, english: str) -> str:
+    """Why a run failed in the active language: its stored message rendered, or the English
+    text when no message was stored with it."""
+    return shown(stored, english, gettext)
 
 
 class RunStatus(models.TextChoices):
@@ -67,7 +81,10 @@ class Invocation(models.Model):
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     result = OrderedJSONField(null=True, blank=True)
     result_type = models.CharField(max_length=10, blank=True)
+    # Why it failed: a message (toolhub.messages) pages show in the reader's language, and its
+    # English text (the API's); written together by error_fields().
     error = models.TextField(blank=True)
+    error_message = models.JSONField(default=dict, blank=True)
     # Shown only to the toolkit's owner and admins.
     traceback = models.TextField(blank=True)
     limit = models.CharField(max_length=20, blank=True)
@@ -110,6 +127,9 @@ class Invocation(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("invocation_detail", args=[self.id])
+
+    def error_shown(self) -> str:
+        return error_shown(self.error_message, self.error)
 
     @property
     def shown_status(self) -> str:

@@ -24,8 +24,9 @@ from django.db import connection
 from django.db.models import Model
 
 from toolhub import plainsql
+from toolhub.messages import Message
 from toolhub.plainsql import Part, column, field, instances, marks, one_row, param, table
-from toolhub.runs.models import BUSY, FINISHED, Invocation, RunStatus, Surface
+from toolhub.runs.models import BUSY, FINISHED, Invocation, RunStatus, Surface, error_fields
 from toolhub.toolkits.models import Revision, Toolkit
 
 # Columns of a revision a run does not read, and which may be large (the source is up to 512
@@ -92,22 +93,26 @@ def fairest_queued():
 
 @cache
 def _abandoned_sql(vendor: str) -> str:
-    c = {n: column(Invocation, n) for n in ("id", "status", "finished_at", "pending_call", "error", "heartbeat_at")}
+    names = ("id", "status", "finished_at", "pending_call", "error", "error_message", "heartbeat_at")
+    c = {n: column(Invocation, n) for n in names}
     return (
         f"UPDATE {table(Invocation)} SET {c['status']} = %s, {c['finished_at']} = %s, {c['pending_call']} = NULL, "
-        f"{c['error']} = %s WHERE {c['id']} = %s AND {c['status']} IN ({marks(BUSY)}) "
+        f"{c['error']} = %s, {c['error_message']} = %s WHERE {c['id']} = %s AND {c['status']} IN ({marks(BUSY)}) "
         f"AND ({c['heartbeat_at']} IS NULL OR {c['heartbeat_at']} < %s)"
     )
 
 
-def _abandoned_params(pk, *, now: datetime, silent_since: datetime, error: str) -> list[Any]:
+def _abandoned_params(pk, *, now: datetime, silent_since: datetime, error: Message) -> list[Any]:
+    fields = error_fields(error)
     return [
-        RunStatus.FAILED.value, param(Invocation, "finished_at", now), error, param(Invocation, "id", pk),
+        RunStatus.FAILED.value, param(Invocation, "finished_at", now),
+        fields["error"], field(Invocation, "error_message").get_db_prep_save(fields["error_message"], connection),
+        param(Invocation, "id", pk),
         *(status.value for status in BUSY), param(Invocation, "heartbeat_at", silent_since),
     ]
 
 
-def end_if_abandoned(pk, *, now: datetime, silent_since: datetime, error: str) -> bool:
+def end_if_abandoned(pk, *, now: datetime, silent_since: datetime, error: Message) -> bool:
     """Fail the invocation `pk` if it is running (or waiting for an answer) without a heartbeat
     since `silent_since`; whether it was."""
     params = _abandoned_params(pk, now=now, silent_since=silent_since, error=error)
@@ -208,7 +213,7 @@ def _take_statement(vendor: str) -> tuple[str, tuple[Part, ...]]:
     return sql, parts
 
 
-def take_next(woken_by, *, now: datetime, silent_since: datetime, error: str) -> Taken:
+def take_next(woken_by, *, now: datetime, silent_since: datetime, error: Message) -> Taken:
     """One try at what a worker does with an invocation's message: end the message's own
     invocation (`woken_by`, or None) if it is running without a heartbeat since `silent_since`
     (its worker died: failed with `error`), then choose the fairest queued invocation

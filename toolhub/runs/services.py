@@ -17,12 +17,12 @@ from kombu.exceptions import OperationalError
 
 from toolhub import broker, dbretry, plainsql
 from toolhub.accounts.models import ClientCredential
+from toolhub.messages import message as text_message
 from toolhub.runs import notify
-from toolhub.runs.models import CANCELLED_PREFIX, FINISHED, Event, Invocation, RunStatus, Surface
+from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus, Surface, error_fields
 from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import schema_forms
 from toolhub.toolkits.models import Revision, Status, Toolkit
-from toolhub.toolkits.status_text import translate_detail
 
 
 class InvocationRejected(Exception):
@@ -109,7 +109,7 @@ def not_ready_reason(toolkit: Toolkit) -> str:
     }
     reason = hints.get(Status(revision.status), _("The toolkit is not ready."))
     if revision.status_detail:
-        reason = _("%(reason)s (%(detail)s)") % {"reason": reason, "detail": translate_detail(revision.status_detail)}
+        reason = _("%(reason)s (%(detail)s)") % {"reason": reason, "detail": revision.detail_shown()}
     return reason
 
 
@@ -151,7 +151,8 @@ def invocation_create(
             listener.close()
         # Nothing may stay queued forever: a call no broker accepted is stored as ended.
         invocation.status = RunStatus.FAILED
-        invocation.error = "No worker could take the invocation (the broker is unavailable)."
+        for name, value in error_fields(text_message("run.queue_failed")).items():
+            setattr(invocation, name, value)
         invocation.finished_at = timezone.now()
         plainsql.insert(invocation)
         raise InvocationRejected(503, [(_("No worker is available to run tools right now; try again later."), None)]) from exc
@@ -225,7 +226,7 @@ def _took_state(invocation: Invocation, state: dict) -> bool:
     return True
 
 
-# Only the fields a run changes that the answer shows (toolhub.api.serializers.invocation_out):
+# Only the fields a run changes that the answer shows (toolhub.api.schemas.InvocationOut):
 # refreshing the foreign keys too would drop the toolkit and revision the caller already holds,
 # and the answer would read them again; the rest would be read for nothing.
 WAIT_FIELDS = ("status", "result", "error", "limit", "pending_call", "egress", "started_at", "finished_at")
@@ -236,7 +237,7 @@ def _wait_read(vendor: str) -> tuple[str, plainsql.Converters]:
     """The statement wait_for reads the invocation with (toolhub.plainsql: the ORM's version
     cost 0.6 ms a read, twice a call): WAIT_FIELDS and whether it has events yet, in the same
     statement, so the answer to a call that sent none (most) needs no query for them
-    (`has_events`, read by invocation_out)."""
+    (`has_events`, read by InvocationOut)."""
     i_id = f"i.{plainsql.column(Invocation, 'id')}"
     select = ", ".join(f"i.{plainsql.column(Invocation, name)}" for name in WAIT_FIELDS)
     events = f"SELECT 1 FROM {plainsql.table(Event)} e WHERE e.{plainsql.column(Event, 'invocation')} = {i_id}"
@@ -274,7 +275,7 @@ def invocation_cancel(*, invocation: Invocation, by: User) -> Invocation:
         .exclude(status__in=list(FINISHED))
         .update(
             status=RunStatus.FAILED,
-            error=f"{CANCELLED_PREFIX}{by.get_username()}.",
+            **error_fields(text_message("run.cancelled", user=by.get_username())),
             finished_at=timezone.now(),
             pending_call=None,
         )

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from toolhub import dbretry
 from toolhub.heartbeat import Beat
+from toolhub.messages import Message, message
 from toolhub.runs import engine
 from toolhub.runs.models import Invocation, RunStatus, Surface
 from toolhub.toolkits import lifecycle, tool_checks
@@ -31,8 +32,8 @@ HEARTBEAT_SECONDS = 5.0
 DEAD_AFTER_SECONDS = 30.0
 # A run asked for on demand that no worker took for this long is ended (the reaper).
 QUEUED_AT_MOST = timedelta(minutes=15)
-WORKER_STOPPED = "The worker running these tests stopped before they finished."
-NOT_TAKEN = "No worker took these tests (is a worker serving the sandbox queue?)."
+WORKER_STOPPED = message("tests.worker_stopped")
+NOT_TAKEN = message("tests.not_taken")
 
 
 def run_gate(revision_id: int) -> None:
@@ -48,7 +49,7 @@ def run_gate(revision_id: int) -> None:
         _execute(run, on_case=lambda: lifecycle.tests_progress(revision_id=revision_id))
     run.refresh_from_db()
     if run.status not in (ToolTestStatus.PASSED, ToolTestStatus.FAILED):
-        lifecycle.fail(revision_id=revision_id, reason=run.error or WORKER_STOPPED)
+        lifecycle.fail(revision_id=revision_id, reason=Message.from_json(run.error_message) or WORKER_STOPPED)
         return
     failed = list(run.results.filter(passed=False).values_list("name", flat=True))
     lifecycle.tests_done(revision_id=revision_id, failed=failed, total=run.total)
@@ -93,7 +94,7 @@ def _execute(run: ToolTestRun, *, on_case=None) -> None:
         logger.exception("test run %s crashed in the worker", run.pk)
         ToolTestRun.objects.filter(pk=run.pk, status=ToolTestStatus.RUNNING).update(
             status=ToolTestStatus.FAILED, failed=failed, finished_at=timezone.now(),
-            error=f"Internal error while running the tests ({type(exc).__name__}); see the worker log.",
+            **ToolTestRun.error_fields(message("tests.internal_error", error=type(exc).__name__)),
         )
         return
     ToolTestRun.objects.filter(pk=run.pk, status=ToolTestStatus.RUNNING).update(
@@ -108,7 +109,7 @@ def _case(run: ToolTestRun, test: ToolTest, position: int) -> ToolTestResult:
     # Arguments that no longer fit the tool's parameters are refused by the runtime (argcheck),
     # and the case fails with its error.
     if test.tool not in {(spec.get("function") or {}).get("name") for spec in revision.tools or []}:
-        result.message = f"This revision has no tool named {test.tool!r}."
+        result.set_message(message("tests.no_tool", tool=repr(test.tool)))
         return result
     invocation = Invocation(
         toolkit_id=run.toolkit_id, revision=revision, tool=test.tool, arguments=test.arguments,
@@ -118,16 +119,18 @@ def _case(run: ToolTestRun, test: ToolTest, position: int) -> ToolTestResult:
     result.invocation = invocation
     # Stored before the call: the engine finds the test's own UserValves through it
     # (toolkits.tool_tests.saved_user_valves).
-    result.message = "The call did not finish."
+    result.set_message(message("tests.unfinished"))
     result.save()
     # This worker runs it (the fair queue leaves `test` invocations alone): sandbox limits,
     # heartbeats, events and the history as for any call.
     engine.run(str(invocation.id))
-    invocation.refresh_from_db(fields=["status", "result", "error"])
+    invocation.refresh_from_db(fields=["status", "result", "error", "error_message"])
     outcome = tool_checks.evaluate(
-        test.checks, succeeded=invocation.status == RunStatus.SUCCEEDED, result=invocation.result, error=invocation.error
+        test.checks, succeeded=invocation.status == RunStatus.SUCCEEDED, result=invocation.result,
+        error=invocation.error, error_message=Message.from_json(invocation.error_message),
     )
-    result.passed, result.message, result.expected, result.actual = outcome.passed, outcome.message, outcome.expected, outcome.actual
+    result.passed, result.expected, result.actual = outcome.passed, outcome.expected, outcome.actual
+    result.set_message(outcome.message)
     return result
 
 
@@ -137,9 +140,9 @@ def reap_test_runs() -> int:
     now = timezone.now()
     stopped = ToolTestRun.objects.filter(
         status=ToolTestStatus.RUNNING, heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS)
-    ).update(status=ToolTestStatus.FAILED, finished_at=now, error=WORKER_STOPPED)
+    ).update(status=ToolTestStatus.FAILED, finished_at=now, **ToolTestRun.error_fields(WORKER_STOPPED))
     untaken = ToolTestRun.objects.filter(
         Q(gate=False) | Q(revision__status__in=["failed", "rejected"]),
         status=ToolTestStatus.QUEUED, created_at__lt=now - QUEUED_AT_MOST,
-    ).update(status=ToolTestStatus.FAILED, finished_at=now, error=NOT_TAKEN)
+    ).update(status=ToolTestStatus.FAILED, finished_at=now, **ToolTestRun.error_fields(NOT_TAKEN))
     return stopped + untaken

@@ -57,7 +57,7 @@ def toolkit_usable_by(user, slug: str) -> Toolkit | None:
 # megabytes that every call would read and decode for nothing; any other field is read on use.
 _CALL_FIELDS: dict[type[Model], set[str]] = {
     Toolkit: {"id", "slug", "owner_id", "use", "current_revision_id"},
-    Revision: {"id", "number", "status", "status_detail", "tools"},
+    Revision: {"id", "number", "status", "status_detail", "status_message", "tools"},
 }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from toolhub.messages import as_written, message
 from toolhub.packages import envbuild as envlib
 from toolhub.packages import services as packages
 from toolhub.packages.environments import (
@@ -126,26 +127,26 @@ def _build(revision_id: int) -> None:
                 lifecycle.build_needs_approval(revision=revision, lock=lock, pins=pins)
                 return
         revision.lock = lock
-        lifecycle.build_progress(revision_id=revision_id, detail="Building the environment", lock=lock)
+        lifecycle.build_progress(revision_id=revision_id, detail=message("build.environment"), lock=lock)
         env_dir = revision_environment(revision, log, total_seconds=max(1.0, deadline - time.monotonic()))
     except envlib.SourceBuildRefused as exc:
         log(f"Build failed: {exc.reason}")
         log.flush()
-        lifecycle.build_needs_source(revision_id=revision_id, name=exc.name, reason=exc.reason)
+        lifecycle.build_needs_source(revision_id=revision_id, name=exc.name, reason=exc.message)
         return
     except sandboxlib.SandboxUnavailable as exc:
         # No build sandbox on this host (bubblewrap or the build user missing): say so.
         log(f"Build failed: {exc}")
         log.flush()
-        lifecycle.fail(revision_id=revision_id, reason=f"the build sandbox is unavailable: {exc}")
+        lifecycle.fail(revision_id=revision_id, reason=as_written(f"the build sandbox is unavailable: {exc}"))
         return
     except envlib.BuildFailed as exc:
-        reason = exc.reason
+        reason = exc.message
         if time.monotonic() >= deadline:
             # The environment step only had what the lock left of the budget; name the
             # setting's whole budget rather than that remainder.
-            reason = f"build timed out after {settings.TOOLHUB_BUILD_TIMEOUT:g} s"
-        log(f"Build failed: {reason}")
+            reason = message("build.timed_out", seconds=float(settings.TOOLHUB_BUILD_TIMEOUT))
+        log(f"Build failed: {reason.english()}")
         log.flush()
         lifecycle.fail(revision_id=revision_id, reason=reason)
         return
@@ -153,7 +154,7 @@ def _build(revision_id: int) -> None:
         logger.exception("build of revision %s crashed", revision_id)
         log(f"Build failed: {type(exc).__name__}")
         log.flush()
-        lifecycle.fail(revision_id=revision_id, reason=f"internal error during build ({type(exc).__name__}); see the worker log")
+        lifecycle.fail(revision_id=revision_id, reason=message("build.internal_error", error=type(exc).__name__))
         return
     log(f"Environment ready: {env_dir.name}")
     log.flush()
@@ -178,22 +179,24 @@ def _introspect(revision: Revision) -> None:
         )
         final = outcome.final or {}
     except (envlib.BuildFailed, sandboxlib.SandboxUnavailable) as exc:
-        lifecycle.fail(revision_id=revision_id, reason=str(getattr(exc, "reason", exc)), traceback="")
+        reason = exc.message if isinstance(exc, envlib.BuildFailed) else as_written(str(exc))
+        lifecycle.fail(revision_id=revision_id, reason=reason, traceback="")
         return
     except Exception as exc:  # noqa: BLE001 - a revision must never stay `building`
         logger.exception("introspection of revision %s crashed in the worker", revision_id)
-        reason = f"Internal error while inspecting the toolkit ({type(exc).__name__}); see the worker log."
+        reason = message("introspection.internal_error", error=type(exc).__name__)
         lifecycle.fail(revision_id=revision_id, reason=reason, traceback="")
         return
     if final.get("kind") != "introspection":
-        error = final.get("error") or sandboxing.outcome_reason(outcome) or "the toolkit could not be loaded"
-        lifecycle.fail(revision_id=revision_id, reason=f"Loading the toolkit failed: {error}",
+        # The toolkit's own error as it wrote it, else why the sandbox ended it.
+        error = (as_written(str(final["error"])) if final.get("error") else None) or sandboxing.outcome_reason(outcome)
+        lifecycle.fail(revision_id=revision_id, reason=message("introspection.load_failed", error=error or message("sandbox.not_loaded")),
                        traceback=final.get("traceback", outcome.stderr_tail) or "")
         return
     try:
         check_introspection(final, kind=revision.kind, tool_names=list(revision.tool_names))
     except IntrospectionRefused as exc:
-        lifecycle.fail(revision_id=revision_id, reason=f"The toolkit's introspection was refused: {exc}.", traceback="")
+        lifecycle.fail(revision_id=revision_id, reason=message("introspection.refused", error=str(exc)), traceback="")
         return
     lifecycle.ready(
         revision=revision,

@@ -97,7 +97,7 @@ def _store(*, name: str, source: str | bytes, slug: str, user, filename: str, ma
     return Verdict(
         name, outcome, slug=slug, revision=revision.number, tools=len(revision.tool_names),
         owner=owner.get_username() if owner is not None else None,
-        review=lifecycle.review_needed(revision) if result.created and existing is not None else "",
+        review=str(lifecycle.review_needed(revision) or "") if result.created and existing is not None else "",
     )
 
 

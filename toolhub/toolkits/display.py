@@ -225,6 +225,37 @@ def tool_display(*, revision: Revision | None, toolkit: Toolkit | None, language
 _SCHEMA_DATA = frozenset({"default", "examples", "const", "enum"})
 
 
+def display_texts(*, toolkit: Toolkit, revision: Revision | None, language: str) -> dict[str, Any]:
+    """A toolkit's display strings resolved for a language, as the API shows them: the title,
+    the frontmatter description, and each tool's display name and descriptions. LLM-facing
+    strings are never resolved: where a tool has no display string, its LLM-facing text is
+    shown as written."""
+    manifest = revision.manifest if revision else {}
+    title = revision.title if revision else toolkit.title
+    shown_tools = tool_display(revision=revision, toolkit=toolkit, language=language)
+    plugin = (revision.plugin_metadata or {}).get("name") if revision else None
+    if manifest.get("description"):
+        description = resolve(manifest["description"], toolkit=toolkit, language=language).text
+    elif plugin in shown_tools:
+        # A RAGFlow plugin without frontmatter: people see its displayDescription, as in RAGFlow.
+        description = shown_tools[plugin].description.text
+    else:
+        description = revision.description if revision else ""
+    tools = {
+        name: {
+            "name": shown.name.text,
+            "description": shown.description.text,
+            "parameters": {pname: text.text for pname, text in shown.parameters.items()},
+        }
+        for name, shown in shown_tools.items()
+    }
+    return {
+        "title": resolve(title, toolkit=toolkit, language=language).text,
+        "description": description,
+        "tools": tools,
+    }
+
+
 @dataclass(frozen=True)
 class KeyUse:
     key: str

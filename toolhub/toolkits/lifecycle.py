@@ -45,10 +45,20 @@ from kombu.exceptions import OperationalError as BrokerError
 
 from toolhub import broker, dbretry
 from toolhub.heartbeat import Beat
+from toolhub.messages import Message, joined, message
 from toolhub.packages import index_checks
 from toolhub.packages import services as packages
 from toolhub.packages.models import Approval, Package, PackageRequest
-from toolhub.toolkits.models import Review, Revision, Status, Toolkit, ToolTest, ToolTestRun, ToolTestStatus
+from toolhub.toolkits.models import (
+    Review,
+    Revision,
+    Status,
+    Toolkit,
+    ToolTest,
+    ToolTestRun,
+    ToolTestStatus,
+    status_fields,
+)
 from toolhub.toolkits.valves import admin_secrets_set
 
 # Where a revision can be submitted again from (the Retry button).
@@ -64,19 +74,12 @@ TEST_TASK = "toolhub.runs.tasks.revision_tests"
 
 logger = logging.getLogger(__name__)
 
-# Stored in English; pages show them translated (toolhub.toolkits.status_text.FORMS).
-QUEUE_FAILED = "No worker could take the build (the broker is unavailable); press Retry once it is back."
-INTERRUPTED = "The build was interrupted (its worker stopped); press Retry to build again."
-NOT_TAKEN = "No worker took the build although its task was sent %(sends)s times (is a worker serving the %(queue)s queue?); press Retry to build again."
-OVERDUE = "The build made no progress for longer than a build may take; press Retry to build again."
-AWAITING_REVIEW = "Waiting for an admin to review it: it would receive %(what)s."
-REVIEW_SECRETS = "the secret Valves %(names)s"
-REVIEW_GRANT = "the network egress grant"
-REVIEW_BOTH = "the secret Valves %(names)s and the network egress grant"
-REVIEW_REJECTED = "Rejected in review by %(admin)s: %(reason)s"
-TESTING = "Running its %(n)s tests"
-TESTS_FAILED = "%(failed)s of its %(total)s tests failed (%(names)s); an admin may still approve it."
-TESTS_REPLACED = "Replaced by a new run of the revision's tests."
+# Status details (toolhub.messages), stored with their English text.
+QUEUE_FAILED = message("build.queue_failed")
+INTERRUPTED = message("build.interrupted")
+OVERDUE = message("build.overdue")
+# Why a gate run of an earlier attempt ended (ToolTestRun.error_message).
+TESTS_REPLACED = message("tests.replaced")
 
 # A worker running a step beats this often; one silent for STEP_DEAD_AFTER_SECONDS has stopped.
 STEP_HEARTBEAT_SECONDS = 5.0
@@ -97,9 +100,9 @@ def enqueue(task_name: str, revision_id: int) -> None:
         except (BrokerError, OSError) as exc:
             logger.error("could not queue %s for revision %s: %s", task_name, revision_id, exc)
             Revision.objects.filter(pk=revision_id, status=Status.BUILDING).update(
-                status=Status.FAILED, status_detail=QUEUE_FAILED, status_changed_at=timezone.now()
+                status=Status.FAILED, **status_fields(QUEUE_FAILED), status_changed_at=timezone.now()
             )
-            raise QueueUnavailable(QUEUE_FAILED) from exc
+            raise QueueUnavailable(QUEUE_FAILED.english()) from exc
 
     transaction.on_commit(send)
 
@@ -112,9 +115,9 @@ def queue_step(task_name: str, revision_id: int) -> None:
     enqueue(task_name, revision_id)
 
 
-def _set(revision: Revision, status: str, detail: str = "", *fields: str) -> None:
+def _set(revision: Revision, status: str, detail: Message | None = None, *fields: str) -> None:
     revision.set_status(status, detail)
-    revision.save(update_fields=["status", "status_detail", "status_changed_at", *fields])
+    revision.save(update_fields=["status", "status_detail", "status_message", "status_changed_at", *fields])
 
 
 # ------------------------------------------------------------------------------------------
@@ -144,13 +147,16 @@ def evaluate(*, revision: Revision) -> None:
         return
     rejected, pending = packages.request_decisions(revision_id=revision.pk)
     if rejected:
-        detail = "; ".join(f"package {n} was rejected" + (f": {reason}" if reason else "") for n, reason in rejected)
+        detail = joined([
+            message("package.rejected_because", name=n, reason=reason) if reason else message("package.rejected", name=n)
+            for n, reason in rejected
+        ])
         _set(revision, Status.REJECTED, detail)
     elif pending:
-        _set(revision, Status.AWAITING_APPROVAL, "Waiting for an admin to approve: " + ", ".join(pending))
+        _set(revision, Status.AWAITING_APPROVAL, message("approval.waiting", names=", ".join(pending)))
     else:
         revision.build_log = ""
-        _set(revision, Status.BUILDING, "Queued for build", "build_log")
+        _set(revision, Status.BUILDING, message("build.queued"), "build_log")
         queue_step(BUILD_TASK, revision.pk)
 
 
@@ -281,7 +287,7 @@ def step_claim(*, revision_id: int, task_name: str, **fields: object) -> bool:
 
 
 def build_claim(*, revision_id: int) -> bool:
-    return step_claim(revision_id=revision_id, task_name=BUILD_TASK, status_detail="Locking the requirements")
+    return step_claim(revision_id=revision_id, task_name=BUILD_TASK, **status_fields(message("build.locking")))
 
 
 def introspect_claim(*, revision_id: int) -> bool:
@@ -304,9 +310,9 @@ def step_heartbeat(revision_id: int) -> Beat:
 
 
 @dbretry.retried("recording a build's progress")
-def build_progress(*, revision_id: int, detail: str, **fields: object) -> None:
+def build_progress(*, revision_id: int, detail: Message, **fields: object) -> None:
     """A step of a running build (its detail, and what the step produced, e.g. the lock)."""
-    Revision.objects.filter(pk=revision_id).update(status_detail=detail, **fields)
+    Revision.objects.filter(pk=revision_id).update(**status_fields(detail), **fields)
 
 
 def build_needs_approval(*, revision: Revision, lock: str, pins: dict[str, str]) -> None:
@@ -317,7 +323,7 @@ def build_needs_approval(*, revision: Revision, lock: str, pins: dict[str, str])
     submit(revision=revision, extra_names=pins)
 
 
-def build_needs_source(*, revision_id: int, name: str, reason: str) -> None:
+def build_needs_source(*, revision_id: int, name: str, reason: Message) -> None:
     """Binary-only found no wheel of `name`: the build fails with the reason, and `name` joins
     the package queue (asked for by this revision, as a dependency), where an admin can allow
     a source build of it; a Retry then builds it."""
@@ -333,14 +339,14 @@ def built(*, revision_id: int, environment_key: str) -> None:
     introspection too, as it may wait behind invocations on the sandbox queue."""
     Revision.objects.filter(pk=revision_id).update(
         environment_key=environment_key,
-        status_detail="Inspecting the tools in the sandbox",
+        **status_fields(message("build.inspecting")),
         status_changed_at=timezone.now(),
     )
     queue_step(INTROSPECT_TASK, revision_id)
 
 
 @dbretry.retried("recording a failed build")
-def fail(*, revision_id: int, reason: str, traceback: str | None = None) -> None:
+def fail(*, revision_id: int, reason: Message, traceback: str | None = None) -> None:
     """A build or introspection failed; `traceback` (shown to owner and admins) when known."""
     revision = Revision.objects.get(pk=revision_id)
     fields = []
@@ -369,10 +375,10 @@ def _proceed(revision: Revision) -> None:
     """Introspected (and its tests passed): wait for review if it must, else promote it."""
     held_for = review_needed(revision)
     if held_for:
-        revision.set_status(Status.AWAITING_REVIEW, AWAITING_REVIEW % {"what": held_for})
+        revision.set_status(Status.AWAITING_REVIEW, message("review.waiting", what=held_for))
         revision.save()
         return
-    revision.set_status(Status.READY, "")
+    revision.set_status(Status.READY)
     revision.save()
     promote(revision=revision)
 
@@ -389,11 +395,11 @@ def tests_begin(*, revision: Revision) -> bool:
     total = ToolTest.objects.filter(toolkit_id=revision.toolkit_id).count()
     if not total:
         return False
-    revision.set_status(Status.BUILDING, TESTING % {"n": total})
+    revision.set_status(Status.BUILDING, message("tests.running", n=total))
     revision.save()
     # A run of an earlier attempt (the revision was retried after its worker died) ends here.
     ToolTestRun.objects.filter(revision=revision, gate=True, status__in=[ToolTestStatus.QUEUED, ToolTestStatus.RUNNING]).update(
-        status=ToolTestStatus.FAILED, finished_at=timezone.now(), error=TESTS_REPLACED
+        status=ToolTestStatus.FAILED, finished_at=timezone.now(), **ToolTestRun.error_fields(TESTS_REPLACED)
     )
     ToolTestRun.objects.create(
         toolkit_id=revision.toolkit_id, revision=revision, gate=True, total=total, started_by_id=revision.uploaded_by_id
@@ -428,7 +434,7 @@ def tests_done(*, revision_id: int, failed: list[str], total: int) -> None:
             _proceed(revision)
             return
         names = ", ".join(failed[:5]) + (", …" if len(failed) > 5 else "")
-        _set(revision, Status.AWAITING_REVIEW, TESTS_FAILED % {"failed": len(failed), "total": total, "names": names})
+        _set(revision, Status.AWAITING_REVIEW, message("tests.failed", failed=len(failed), total=total, names=names))
 
 
 def tests_failed(revision: Revision) -> ToolTestRun | None:
@@ -441,16 +447,16 @@ def tests_failed(revision: Revision) -> ToolTestRun | None:
 # Reviews
 
 
-def review_needed(revision: Revision) -> str:
+def review_needed(revision: Revision) -> Message | None:
     """What an admin entrusted the toolkit with that this revision would receive, when no
-    admin uploaded or approved it: then it must wait for review ("" when it need not)."""
+    admin uploaded or approved it: then it must wait for review (None when it need not)."""
     if revision.entrusted:
-        return ""
+        return None
     toolkit = Toolkit.objects.get(pk=revision.toolkit_id)
     names = ", ".join(admin_secrets_set(toolkit))
     if names:
-        return (REVIEW_BOTH if toolkit.egress_granted else REVIEW_SECRETS) % {"names": names}
-    return REVIEW_GRANT if toolkit.egress_granted else ""
+        return message("review.secrets_and_grant" if toolkit.egress_granted else "review.secrets", names=names)
+    return message("review.grant") if toolkit.egress_granted else None
 
 
 def review_decide(*, revision_id: int, user: User, approve: bool, reason: str = "") -> Revision | None:
@@ -476,10 +482,10 @@ def review_decide(*, revision_id: int, user: User, approve: bool, reason: str = 
         revision.reviewed_at = timezone.now()
         fields = ("review", "reviewed_by", "reviewed_at")
         if approve:
-            _set(revision, Status.READY, "", *fields)
+            _set(revision, Status.READY, None, *fields)
             promote(revision=revision)
         else:
-            _set(revision, Status.REJECTED, REVIEW_REJECTED % {"admin": user.username, "reason": reason}, *fields)
+            _set(revision, Status.REJECTED, message("review.rejected", admin=user.username, reason=reason), *fields)
     return revision
 
 
@@ -491,7 +497,7 @@ def reap_stale_builds() -> int:
     building = Revision.objects.filter(status=Status.BUILDING)
     failed = {"status": Status.FAILED, "status_changed_at": now}
     n = building.filter(heartbeat_at__lt=now - timedelta(seconds=STEP_DEAD_AFTER_SECONDS)).update(
-        **failed, status_detail=INTERRUPTED
+        **failed, **status_fields(INTERRUPTED)
     )
     never_taken = building.filter(
         heartbeat_at__isnull=True, task_sends__gt=settings.TOOLHUB_RESEND_MAX,
@@ -499,12 +505,11 @@ def reap_stale_builds() -> int:
     )
     for task_name in set(never_taken.values_list("task_name", flat=True)):
         queue = settings.CELERY_TASK_ROUTES[task_name]["queue"]
-        n += never_taken.filter(task_name=task_name).update(**failed, status_detail=NOT_TAKEN % {
-            "sends": settings.TOOLHUB_RESEND_MAX + 1, "queue": queue
-        })
+        not_taken = message("build.not_taken", sends=settings.TOOLHUB_RESEND_MAX + 1, queue=queue)
+        n += never_taken.filter(task_name=task_name).update(**failed, **status_fields(not_taken))
     # A step that beats but never ends, or one queued before steps were recorded.
     build_limit = timedelta(seconds=settings.TOOLHUB_BUILD_TIMEOUT + 120)
-    return n + building.filter(status_changed_at__lt=now - build_limit).update(**failed, status_detail=OVERDUE)
+    return n + building.filter(status_changed_at__lt=now - build_limit).update(**failed, **status_fields(OVERDUE))
 
 
 def resend_queued_steps() -> int:

@@ -5,9 +5,11 @@ from django.db import models
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from toolhub.accounts.roles import is_admin
+from toolhub.messages import Message, shown, stored_fields
 from toolhub.toolkits.fields import OrderedJSONField
 from toolhub.toolkits.source_checks import OPEN_WEBUI_PACKAGE, ImportSite, import_sites_in
 
@@ -108,6 +110,12 @@ NETWORK_MODULES = frozenset({
 })
 
 
+def status_fields(detail: Message | None) -> dict[str, object]:
+    """A revision's status detail as its two fields, for save() or update(): the message and
+    its English rendering, so that they always agree."""
+    return stored_fields(detail, text="status_detail", data="status_message")
+
+
 class Revision(models.Model):
     """One uploaded version of a toolkit's source. The source never changes after upload;
     the lifecycle fields (status, lock, specs) are filled in by the workers."""
@@ -131,7 +139,11 @@ class Revision(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     status = models.CharField(max_length=32, choices=Status.choices, default=Status.UPLOADED)
+    # Why the revision is in its status, as a message (toolhub.messages: a code and its
+    # parameters) that pages show in the reader's language, and in English (the API's text).
+    # Written together by status_fields().
     status_detail = models.TextField(blank=True)
+    status_message = models.JSONField(default=dict, blank=True)
     status_changed_at = models.DateTimeField(default=timezone.now)
     lock = models.TextField(blank=True)
     environment_key = models.CharField(max_length=64, blank=True)
@@ -166,10 +178,16 @@ class Revision(models.Model):
     def __str__(self) -> str:
         return f"{self.toolkit_id}#{self.number}"
 
-    def set_status(self, status: str, detail: str = "") -> None:
+    def set_status(self, status: str, detail: Message | None = None) -> None:
         self.status = status
-        self.status_detail = detail
+        for name, value in status_fields(detail).items():
+            setattr(self, name, value)
         self.status_changed_at = timezone.now()
+
+    def detail_shown(self) -> str:
+        """The status detail in the active language (the English text when no message was
+        stored with it)."""
+        return shown(self.status_message, self.status_detail, gettext)
 
     @property
     def entrusted(self) -> bool:

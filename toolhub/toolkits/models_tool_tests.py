@@ -12,8 +12,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from toolhub.messages import Message, shown, stored_fields
 from toolhub.toolkits.fields import OrderedJSONField
 
 
@@ -60,8 +62,10 @@ class ToolTestRun(models.Model):
     status = models.CharField(max_length=12, choices=ToolTestStatus.choices, default=ToolTestStatus.QUEUED)
     total = models.PositiveSmallIntegerField(default=0)
     failed = models.PositiveSmallIntegerField(default=0)
-    # Why the run itself could not finish (its worker stopped, no worker took it), in English.
+    # Why the run itself could not finish (its worker stopped, no worker took it): a message
+    # (toolhub.messages) and its English text, written together by error_fields().
     error = models.TextField(blank=True)
+    error_message = models.JSONField(default=dict, blank=True)
     started_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -79,6 +83,13 @@ class ToolTestRun(models.Model):
     def is_active(self) -> bool:
         return self.status in TEST_RUN_ACTIVE
 
+    @staticmethod
+    def error_fields(error: Message | None) -> dict[str, object]:
+        return stored_fields(error, text="error", data="error_message")
+
+    def error_shown(self) -> str:
+        return shown(self.error_message, self.error, gettext)
+
 
 class ToolTestResult(models.Model):
     """One case of a run. The test's name and tool are copied: a test may be deleted later."""
@@ -89,8 +100,10 @@ class ToolTestResult(models.Model):
     name = models.CharField(max_length=100)
     tool = models.CharField(max_length=200)
     passed = models.BooleanField(default=False)
-    # Which check failed and how, in English (empty when it passed).
+    # Which check failed and how (nothing when it passed): a message (toolhub.messages) and its
+    # English text, written together by set_message().
     message = models.TextField(blank=True)
+    message_data = models.JSONField(default=dict, blank=True)
     # The text forms compared by the failing check (bounded), for the diff.
     expected = models.TextField(blank=True)
     actual = models.TextField(blank=True)
@@ -98,3 +111,10 @@ class ToolTestResult(models.Model):
 
     class Meta:
         ordering = ["position", "id"]
+
+    def set_message(self, message: Message | None) -> None:
+        for name, value in stored_fields(message, text="message", data="message_data").items():
+            setattr(self, name, value)
+
+    def message_shown(self) -> str:
+        return shown(self.message_data, self.message, gettext)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from toolhub.messages import Message, message
 from toolhub.packages.environments import build_sandbox
 from toolhub.sandbox import launcher as sandboxlib
 from toolhub.sandbox import scratch
@@ -223,12 +224,12 @@ def startup_check() -> None:
         logger.error("This worker cannot build environments: %s", exc)
 
 
-def outcome_reason(outcome: sandboxlib.SandboxOutcome) -> str:
-    """Why a run ended without a final message, in words for a person ("" if it did not)."""
+def outcome_reason(outcome: sandboxlib.SandboxOutcome) -> Message | None:
+    """Why a run ended without a final message, in words for a person (None if it did not)."""
     if outcome.status == "timed_out":
-        return "the sandbox ran out of time"
+        return message("sandbox.timed_out")
     if outcome.status == "limit_exceeded":
-        return f"a sandbox limit was hit ({outcome.limit})"
+        return message("sandbox.limit", limit=str(outcome.limit))
     if outcome.status == "crashed":
-        return f"the sandbox process ended unexpectedly (exit code {outcome.exit_code})"
-    return ""
+        return message("sandbox.crashed", code=str(outcome.exit_code))
+    return None

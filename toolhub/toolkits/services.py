@@ -18,7 +18,7 @@ from toolhub.packages import index_checks
 from toolhub.packages import services as packages
 from toolhub.packages.environments import environment_package_names
 from toolhub.packages.top_level import top_level_modules
-from toolhub.sandbox.egress.rules import validate_host_pattern
+from toolhub.sandbox.egress.rules import HostPatternRefused, validate_host_pattern
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits.access import toolkits_usable_by
 from toolhub.toolkits.models import Review, Revision, Status, Toolkit
@@ -29,7 +29,6 @@ from toolhub.toolkits.source_checks import (
     parse_toolkit_source,
     slugify,
 )
-from toolhub.toolkits.status_text import translate_host_refusal
 
 SLUG_MAX = 64
 # Slugs that name a page instead of a toolkit: /toolkits/new/ is the upload page, /toolkits/export/
@@ -305,9 +304,9 @@ def toolkit_set_egress(*, toolkit: Toolkit, granted: bool, hosts: list[str], by:
             continue
         try:
             cleaned.append(validate_host_pattern(raw))
-        except ValueError as exc:
+        except HostPatternRefused as exc:
             # The rule's message already quotes the entry.
-            raise InvalidEgressHosts(translate_host_refusal(str(exc))) from None
+            raise InvalidEgressHosts(exc.message.render(_)) from None
     toolkit.egress_granted = granted
     toolkit.egress_hosts = sorted(set(cleaned)) if granted else []
     toolkit.egress_granted_by = by if granted else None

@@ -27,6 +27,8 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
+from toolhub.messages import Message, as_written, message
+
 KINDS = ("equals", "contains", "regex", "json_path", "fails_with")
 MAX_CHECKS = 10
 MAX_VALUE_CHARS = 10_000
@@ -48,7 +50,8 @@ class CheckInvalid(ValueError):
 @dataclass(frozen=True)
 class Outcome:
     passed: bool
-    message: str = ""
+    # Why it failed (None when it passed).
+    message: Message | None = None
     expected: str = ""
     actual: str = ""
 
@@ -159,8 +162,8 @@ def _bounded(text: str) -> str:
     return text if len(text) <= MAX_KEPT_CHARS else text[:MAX_KEPT_CHARS] + "\n…"
 
 
-def _fail(message: str, expected: Any, actual: Any) -> Outcome:
-    return Outcome(False, message, _bounded(as_text(expected)), _bounded(as_text(actual)))
+def _fail(why: Message, expected: Any, actual: Any) -> Outcome:
+    return Outcome(False, why, _bounded(as_text(expected)), _bounded(as_text(actual)))
 
 
 def regex_search(pattern: str, text: str, *, seconds: float = REGEX_SECONDS) -> bool | None:
@@ -190,41 +193,44 @@ def regex_search(pattern: str, text: str, *, seconds: float = REGEX_SECONDS) -> 
     return {b"1": True, b"0": False}.get(answer)
 
 
-def evaluate(checks: list[dict], *, succeeded: bool, result: Any, error: str) -> Outcome:
+def evaluate(
+    checks: list[dict], *, succeeded: bool, result: Any, error: str, error_message: Message | None = None
+) -> Outcome:
     """Whether a call's outcome passes the checks, and for the first that fails, why, with the
-    two sides compared."""
+    two sides compared. `error` is the call's error in English, `error_message` the message it
+    was stored as (the tool's own error is text as written)."""
     expects_failure = any(c["kind"] == "fails_with" for c in checks)
     if expects_failure:
         if succeeded:
-            return _fail("The call succeeded; it was expected to fail.", "(an error)", result)
+            return _fail(message("tests.expected_failure"), "(an error)", result)
         for check in checks:
             if check["value"] not in (error or ""):
-                return _fail(f"The error does not contain {check['value']!r}.", check["value"], error)
+                return _fail(message("tests.error_lacks", value=repr(check["value"])), check["value"], error)
         return Outcome(True)
     if not succeeded:
-        return _fail(f"The call failed: {error}", "(a result)", error)
+        return _fail(message("tests.call_failed", error=error_message or as_written(error or "")), "(a result)", error)
     text = as_text(result)[:MAX_SUBJECT_CHARS]
     for n, check in enumerate(checks, 1):
         kind, value = check["kind"], check["value"]
         if kind == "equals":
             actual = result if isinstance(value, str) else _as_json(result)
             if actual != value:
-                return _fail(f"Check {n} (equals): the result differs.", value, actual)
+                return _fail(message("tests.equals_differs", n=n), value, actual)
         elif kind == "contains":
             if value not in text:
-                return _fail(f"Check {n} (contains): the result does not contain {value!r}.", value, text)
+                return _fail(message("tests.contains_missing", n=n, value=repr(value)), value, text)
         elif kind == "regex":
             found = regex_search(value, text)
             if found is None:
-                return _fail(f"Check {n} (regex): the regular expression ran longer than {REGEX_SECONDS:g} s.", value, text)
+                return _fail(message("tests.regex_timed_out", n=n, seconds=REGEX_SECONDS), value, text)
             if not found:
-                return _fail(f"Check {n} (regex): the result does not match {value!r}.", value, text)
+                return _fail(message("tests.regex_unmatched", n=n, value=repr(value)), value, text)
         elif kind == "json_path":
             found = follow(_as_json(result), parse_path(check["path"]))
             if found is _MISSING:
-                return _fail(f"Check {n} (json_path): the result has nothing at {check['path']}.", value, result)
+                return _fail(message("tests.path_missing", n=n, path=check["path"]), value, result)
             if found != value:
-                return _fail(f"Check {n} (json_path): the value at {check['path']} differs.", value, found)
+                return _fail(message("tests.path_differs", n=n, path=check["path"]), value, found)
     return Outcome(True)
 
 

@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 from kombu.exceptions import OperationalError as BrokerError
 
 from toolhub import broker
+from toolhub.messages import message
 from toolhub.toolkits.models import Revision, Status, Toolkit, ToolTest, ToolTestResult, ToolTestRun, ToolTestStatus
 from toolhub.toolkits.tool_checks import MAX_VALUE_CHARS, CheckInvalid, clean_checks
 from toolhub.toolkits.valves import vault
@@ -180,7 +181,8 @@ def test_run_start(*, toolkit: Toolkit, revision: Revision, by: User) -> ToolTes
     except (BrokerError, OSError) as exc:
         logger.error("could not queue test run %s: %s", run.pk, exc)
         ToolTestRun.objects.filter(pk=run.pk).update(
-            status=ToolTestStatus.FAILED, finished_at=timezone.now(), error="No worker could take the tests (the broker is unavailable)."
+            status=ToolTestStatus.FAILED, finished_at=timezone.now(),
+            **ToolTestRun.error_fields(message("tests.queue_failed")),
         )
         raise ToolTestRefused(503, _("No worker is available to run tools right now; try again later.")) from exc
     return run

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolhub.messages import Message, message
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
@@ -84,8 +86,16 @@ def _canonical(host: str) -> str:
     return name
 
 
+class HostPatternRefused(ValueError):
+    """An allowlist entry that is not a valid pattern; `message` says why (toolhub.messages)."""
+
+    def __init__(self, why: Message) -> None:
+        super().__init__(why.english())
+        self.message = why
+
+
 def validate_host_pattern(pattern: str) -> str:
-    """Return the normalized allowlist pattern, or raise ValueError saying what is wrong.
+    """Return the normalized allowlist pattern, or raise HostPatternRefused saying what is wrong.
 
     A pattern is a host name (`api.example.org`), a wildcard (`*.example.org`) whose `*` stands
     for one or more whole labels, or an IP address written exactly as clients will send it.
@@ -99,14 +109,11 @@ def validate_host_pattern(pattern: str) -> str:
         return str(ipaddress.ip_address(normalized))
     base = normalized.removeprefix("*.")
     if not base or "*" in base:
-        raise ValueError(
-            f"{pattern!r} is not a host name or a wildcard like '*.example.org' "
-            "(a '*' may only stand as the whole first label)"
-        )
+        raise HostPatternRefused(message("host.not_pattern", pattern=repr(pattern)))
     if host_name_refusal_reason(base) is not None:
-        raise ValueError(f"{pattern!r} is not a valid host name")
+        raise HostPatternRefused(message("host.invalid", pattern=repr(pattern)))
     if normalized.startswith("*.") and "." not in base:
-        raise ValueError(f"{pattern!r} would allow a whole top-level domain")
+        raise HostPatternRefused(message("host.whole_tld", pattern=repr(pattern)))
     return normalized
 
 
@@ -292,6 +299,7 @@ class EgressPolicy:
 
 __all__ = [
     "EgressPolicy",
+    "HostPatternRefused",
     "address_refusal_reason",
     "dial_address",
     "host_matches_allowlist",

@@ -10,7 +10,6 @@ from toolhub.packages import index_checks
 from toolhub.packages import selectors as package_selectors
 from toolhub.toolkits import selectors as toolkit_selectors
 from toolhub.toolkits.display import Resolved, resolve, tool_display
-from toolhub.toolkits.status_text import translate_detail, translate_run_error
 
 register = template.Library()
 
@@ -101,9 +100,9 @@ def pending_reviews(context) -> int:
 
 
 @register.filter
-def status_detail(text):
-    """A revision's stored status detail in the page's language: `{{ revision.status_detail|status_detail }}`."""
-    return translate_detail(text or "")
+def status_detail(revision):
+    """A revision's status detail in the page's language: `{{ revision|status_detail }}`."""
+    return revision.detail_shown() if revision is not None else ""
 
 
 @register.simple_tag(takes_context=True)
@@ -115,6 +114,6 @@ def page_query(context, number) -> str:
 
 
 @register.filter
-def run_error(text):
-    """Why a run failed in the page's language, when the worker wrote it: `{{ invocation.error|run_error }}`."""
-    return translate_run_error(text or "")
+def run_error(run):
+    """Why a run (an invocation or an agent run) failed, in the page's language: `{{ invocation|run_error }}`."""
+    return run.error_shown() if run is not None else ""

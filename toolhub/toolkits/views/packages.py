@@ -24,7 +24,6 @@ from toolhub.toolkits import lifecycle
 from toolhub.toolkits import selectors as toolkit_selectors
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.selectors import get_toolkit_for_user, get_toolkit_to_manage
-from toolhub.toolkits.status_text import translate_detail
 from toolhub.toolkits.views.toolkit import detail_context
 
 # Packages per page of the queue, and the requests listed for each (the rest are counted).
@@ -216,5 +215,5 @@ def toolkit_retry(request: AuthenticatedHttpRequest, slug: str) -> HttpResponse:
     if revision.status == Status.BUILDING:
         messages.success(request, _("Build queued again."))
     else:
-        messages.warning(request, translate_detail(revision.status_detail))
+        messages.warning(request, revision.detail_shown())
     return redirect("toolkit_environment", slug=toolkit.slug)

@@ -16,7 +16,6 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.toolkits import selectors, tool_checks, tool_tests
 from toolhub.toolkits.models import Toolkit, ToolTest, ToolTestRun
-from toolhub.toolkits.status_text import translate_test_message
 from toolhub.toolkits.views.toolkit import detail_context
 
 RUNS_SHOWN = 20
@@ -137,7 +136,7 @@ def toolkit_test_run(request: AuthenticatedHttpRequest, slug: str, run_id: int) 
         ToolTestRun.objects.select_related("revision", "started_by", "overridden_by"), pk=run_id, toolkit=toolkit
     )
     ctx = detail_context(request, toolkit, "tests")
-    ctx |= {"run": run, "cases": case_rows(run), "run_error": translate_test_message(run.error)}
+    ctx |= {"run": run, "cases": case_rows(run), "run_error": run.error_shown()}
     return render(request, "toolkits/test_run.html", ctx)
 
 
@@ -158,7 +157,7 @@ def case_rows(run: ToolTestRun) -> list[dict]:
     return [
         {
             "result": result,
-            "message": translate_test_message(result.message),
+            "message": result.message_shown(),
             "diff": [] if result.passed else [(_css(line), line) for line in tool_checks.diff_lines(result.expected, result.actual)],
         }
         for result in run.results.all()
