@@ -17,6 +17,15 @@ PASSWORDS = {"admin": "pw-admin-1", "alice": "pw-alice-1", "bob": "pw-bob-1", "c
 PHONE = {"width": 390, "height": 844}
 
 
+def wait_for_page_checks(page: Page) -> None:
+    """Wait until the page has loaded and axe (tests/browser/conftest.py) has checked it. axe
+    runs in the page's own thread and works on the page while it does; keys pressed meanwhile
+    could reach a page in the middle of it."""
+    page.wait_for_load_state("load")
+    page.wait_for_function("() => window.__axeDone !== undefined")
+    page.evaluate("window.__axeDone")
+
+
 def assert_fits_the_screen(page: Page) -> None:
     """The page never scrolls sideways: wide content (tables, source, logs, commands) scrolls or
     wraps inside its own box. Measured once the page has loaded: a check made as soon as a

@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.helpers import run_tool, wait_until_finished
+from tests.browser.helpers import run_tool, wait_for_page_checks, wait_until_finished
 from tests.conftest import example
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.sandbox]
@@ -134,6 +134,7 @@ def test_a_typed_secret_survives_a_failed_save_and_can_be_shown_with_the_keyboar
     # The Show toggle, from the keyboard: Tab from the input reaches it, Space presses it.
     toggle = page.get_by_role("button", name="Show Service key")
     expect(toggle).to_have_attribute("aria-pressed", "false")
+    wait_for_page_checks(page)
     key.focus()
     page.keyboard.press("Tab")
     expect(toggle).to_be_focused()
