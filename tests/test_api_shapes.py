@@ -31,8 +31,7 @@ BUILT_ELSEWHERE = {
     "PackageList": "page", "ReviewList": "page",
     # Still built by hand in their endpoints' modules.
     "AccessOut": "toolkits.access.access_out, also the audit record of a change",
-    "ImportEntryOut": "toolkits.bulk verdicts", "ClientOut": "api._client_out",
-    "InvocationSummary": "lists.invocation_summary", "UserOut": "people", "GroupOut": "people",
+    "ImportEntryOut": "toolkits.bulk verdicts", "UserOut": "people", "GroupOut": "people",
     "ToolTestOut": "tool_tests", "OverrideOut": "tool_tests", "CaseOut": "tool_tests",
     "UsageOut": "usage", "UsageItemOut": "usage", "UsageBucketOut": "usage",
 }

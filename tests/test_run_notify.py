@@ -203,15 +203,15 @@ def _fastest_worker(monkeypatch, settings, *, record: bool = True) -> dict:
     watcher = redis.Redis.from_url(settings.REDIS_URL)
     seen: dict = {}
     taken: list[str] = []
-    store = services.plainsql.insert
+    store = Invocation.save
 
     def send(_task: str, invocation_id: str) -> None:
         seen["subscribers"] = dict(watcher.pubsub_numsub(notify.channel(invocation_id)))[notify.channel(invocation_id).encode()]
         taken.append(invocation_id)
 
-    def insert(instance) -> None:
-        store(instance)
-        if not isinstance(instance, Invocation) or str(instance.pk) not in taken:
+    def save(instance, *args, **kwargs) -> None:
+        store(instance, *args, **kwargs)
+        if str(instance.pk) not in taken:
             return
         invocation_id = str(instance.pk)
         now = timezone.now()
@@ -222,7 +222,7 @@ def _fastest_worker(monkeypatch, settings, *, record: bool = True) -> dict:
         notify.publish(invocation_id, notify.ended_state(claimed, RunStatus.SUCCEEDED, fields, has_events=False))
 
     monkeypatch.setattr(services.broker, "send", send)
-    monkeypatch.setattr(services.plainsql, "insert", insert)
+    monkeypatch.setattr(Invocation, "save", save)
     return seen
 
 

@@ -244,30 +244,6 @@ def test_the_worker_s_statements_are_prepared_once_per_connection_on_postgresql(
     assert len(_prepared_statements()) == before
 
 
-def test_an_invocation_is_stored_as_the_orm_would_store_it(toolkit, alice):  # noqa: F811
-    """invocation_create's INSERT (toolhub.plainsql.insert): every column as save() writes it."""
-    from toolhub import plainsql
-    from toolhub.toolkits.models import Toolkit
-
-    given = {
-        "toolkit": toolkit, "revision": toolkit.current_revision, "tool": "reverse_string", "user": alice,
-        "arguments": {"b": [1, None], "a": "ç\u2028"}, "messages": [{"role": "user", "content": "hé"}], "files": [{"name": "f"}],
-    }
-    mine = Invocation(**given)
-    plainsql.insert(mine)
-    assert not mine._state.adding
-    theirs = Invocation.objects.create(**given)
-    stored, expected = _fields(Invocation.objects.get(pk=mine.pk)), _fields(Invocation.objects.get(pk=theirs.pk))
-    assert stored.pop("id") == mine.pk
-    assert stored.pop("created_at") == mine.created_at and stored.pop("sent_at") == mine.sent_at
-    for name in ("id", "created_at", "sent_at"):
-        expected.pop(name)
-    assert stored == expected
-    assert list(Invocation.objects.get(pk=mine.pk).arguments) == ["b", "a"]
-    with pytest.raises(TypeError):
-        plainsql.insert(Toolkit(slug="auto_pk"))
-
-
 def test_every_foreign_key_of_an_invocation_leads_one_index_and_has_no_second_one() -> None:
     # Deletes (a toolkit's, a user's) and the fair queue's and rate limits' lookups find their rows
     # through an index; a single-column index beside a composite one that starts with the same

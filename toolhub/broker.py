@@ -34,21 +34,10 @@ def send(task_name: str, *args: object) -> None:
         )
 
 
-class _OneClientChannel(kombu_redis.Channel):
-    """kombu's Redis channel, with one redis-py client for its commands instead of a new one
-    for each: a client object is cheap to use and costly to make (redis-py fills its table of
-    response callbacks for every new one, ~75 µs here), and kombu made one for every publish,
-    and two for every message a worker takes (its note of the unacknowledged message, and the
-    ack). The client is made anew when the channel's connection pool is."""
-
-    def _create_client(self, asynchronous: bool = False):
-        if asynchronous:
-            return super()._create_client(asynchronous=True)  # type: ignore[misc]  # not in the stubs
-        pool = self.pool
-        client = self.__dict__.get("_one_client")
-        if client is None or client.connection_pool is not pool:
-            client = self.__dict__["_one_client"] = super()._create_client()  # type: ignore[misc]
-        return client
+class _ClosedSafeChannel(kombu_redis.Channel):
+    """kombu's Redis channel, overriding one private method of it (`_connparams`): kombu
+    offers no public hook for this, and without it a broker restart can end a worker for good
+    (below)."""
 
     def _connparams(self, asynchronous: bool = False):
         """kombu's, but a channel whose connection was already closed raises a connection error
@@ -67,4 +56,4 @@ class _OneClientChannel(kombu_redis.Channel):
 
 
 class RedisTransport(kombu_redis.Transport):
-    Channel = _OneClientChannel
+    Channel = _ClosedSafeChannel

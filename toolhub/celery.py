@@ -11,8 +11,8 @@ from celery.signals import task_prerun, worker_init, worker_process_init, worker
 from kombu import transport as kombu_transports
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolhub.settings")
-# kombu's "redis" transport (redis:// and redis+socket:// brokers) is ours: the same, with one
-# Redis client per channel (toolhub.broker.RedisTransport).
+# kombu's "redis" transport (redis:// and redis+socket:// brokers) is ours: the same, but a
+# broker restart cannot end a worker (toolhub.broker.RedisTransport).
 kombu_transports.TRANSPORT_ALIASES["redis"] = "toolhub.broker:RedisTransport"
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, cast
 
 from django.db import connection
@@ -135,27 +134,3 @@ def instances(row: Sequence[Any], parts: Sequence[Part]) -> list[Any]:
         else:
             found.append(part.model.from_db(connection.alias, part.names, values))
     return found
-
-
-@cache
-def _insert_sql(vendor: str, model: type[Model]) -> tuple[str, tuple[Field, ...]]:
-    fields = tuple(model._meta.concrete_fields)
-    columns = ", ".join(connection.ops.quote_name(cast(str, f.column)) for f in fields)
-    return f"INSERT INTO {table(model)} ({columns}) VALUES ({marks(fields)})", fields
-
-
-def insert(instance: Model) -> None:
-    """Store a new `instance` with one INSERT of every column, each value prepared by its field
-    as `save()` would (defaults and `auto_now_add` included), for a model whose primary key has
-    a default. Unlike `save()` it sends no signals (none is connected to the models it is used
-    for) and the statement is prepared (cursor): the ORM compiled the INSERT of an invocation
-    anew for every tool call."""
-    model = type(instance)
-    if model._meta.auto_field is not None or instance.pk is None:
-        raise TypeError(f"plainsql.insert needs a primary key set before saving, not {model.__name__}'s")
-    sql, fields = _insert_sql(connection.vendor, model)
-    values = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
-    with cursor() as statement:
-        statement.execute(sql, values)
-    instance._state.adding = False
-    instance._state.db = connection.alias

@@ -510,24 +510,14 @@ def reject_revision(
 # ------------------------------------------------------------------------------
 
 
-def _client_out(client: ClientCredential) -> dict[str, Any]:
-    return {
-        "id": client.pk, "name": client.name, "acts_for_users": client.acts_for_users,
-        "user_header": client.user_header, "create_users": client.create_users,
-        "may_act_for_admins": client.may_act_for_admins, "scope": list(clients.CLIENT_SCOPE),
-        "calls_per_minute": client.calls_per_minute, "user_calls_per_minute": client.user_calls_per_minute,
-        "created_at": client.created_at.isoformat(), "last_used_at": client.last_used_at.isoformat() if client.last_used_at else None,
-    }
-
-
 @api.get("/clients", response={200: s.ClientList, **ERRORS}, tags=["clients"])
 def list_clients(request: AuthenticatedHttpRequest) -> dict[str, Any]:
     _admin(request)
-    return {"items": [_client_out(c) for c in ClientCredential.objects.active()]}
+    return {"items": list(ClientCredential.objects.active())}
 
 
 @api.post("/clients", response={201: s.ClientCreatedOut, **ERRORS}, tags=["clients"])
-def create_client(request: AuthenticatedHttpRequest, payload: s.ClientIn) -> Status[dict[str, Any]]:
+def create_client(request: AuthenticatedHttpRequest, payload: s.ClientIn) -> Status[s.ClientCreatedOut]:
     _admin(request)
     try:
         client, raw = clients.client_create(
@@ -538,7 +528,8 @@ def create_client(request: AuthenticatedHttpRequest, payload: s.ClientIn) -> Sta
         )
     except clients.InvalidClient as exc:
         raise _error(409 if isinstance(exc, clients.ClientNameTaken) else 400, str(exc), exc.field) from None
-    return Status(201, {**_client_out(client), "token": raw})
+    # The token is shown this once: it is stored only as its digest.
+    return Status(201, s.ClientCreatedOut(**s.ClientOut.model_validate(client).model_dump(), token=raw))
 
 
 @api.delete("/clients/{client_id}", response={204: None, **ERRORS}, tags=["clients"])

@@ -21,6 +21,7 @@ from toolhub import keyset
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import is_admin
 from toolhub.api import schemas as s
+from toolhub.api.read_from import ReadFrom
 from toolhub.runs import selectors as run_selectors
 from toolhub.runs.models import Invocation
 from toolhub.toolkits import selectors
@@ -42,7 +43,7 @@ class ToolkitPage(Schema):
     next_cursor: str | None
 
 
-class InvocationSummary(Schema):
+class InvocationSummary(ReadFrom):
     id: str
     toolkit: str
     revision: int
@@ -57,6 +58,46 @@ class InvocationSummary(Schema):
     finished_at: str | None
     duration_ms: int | None
     limit: str | None
+
+    @staticmethod
+    def resolve_id(invocation: Invocation) -> str:
+        return str(invocation.id)
+
+    @staticmethod
+    def resolve_toolkit(invocation: Invocation) -> str:
+        return invocation.toolkit.slug
+
+    @staticmethod
+    def resolve_revision(invocation: Invocation) -> int:
+        return invocation.revision.number
+
+    @staticmethod
+    def resolve_error(invocation: Invocation) -> str | None:
+        return invocation.error[:ERROR_CHARS] or None
+
+    @staticmethod
+    def resolve_user(invocation: Invocation) -> str:
+        return invocation.user.get_username()
+
+    @staticmethod
+    def resolve_client(invocation: Invocation) -> str | None:
+        return invocation.client.name if invocation.client is not None else None
+
+    @staticmethod
+    def resolve_created_at(invocation: Invocation) -> str:
+        return invocation.created_at.isoformat()
+
+    @staticmethod
+    def resolve_started_at(invocation: Invocation) -> str | None:
+        return _iso(invocation.started_at)
+
+    @staticmethod
+    def resolve_finished_at(invocation: Invocation) -> str | None:
+        return _iso(invocation.finished_at)
+
+    @staticmethod
+    def resolve_limit(invocation: Invocation) -> str | None:
+        return invocation.limit or None
 
 
 class InvocationPage(Schema):
@@ -85,25 +126,6 @@ def toolkits_page(*, user: User, query: str, cursor: str, limit: int) -> dict[st
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
-
-
-def invocation_summary(invocation: Invocation) -> dict[str, Any]:
-    return {
-        "id": str(invocation.id),
-        "toolkit": invocation.toolkit.slug,
-        "revision": invocation.revision.number,
-        "tool": invocation.tool,
-        "status": invocation.status,
-        "error": invocation.error[:ERROR_CHARS] or None,
-        "user": invocation.user.get_username(),
-        "client": invocation.client.name if invocation.client is not None else None,
-        "surface": invocation.surface,
-        "created_at": invocation.created_at.isoformat(),
-        "started_at": _iso(invocation.started_at),
-        "finished_at": _iso(invocation.finished_at),
-        "duration_ms": invocation.duration_ms,
-        "limit": invocation.limit or None,
-    }
 
 
 @router.get("/invocations", response={200: InvocationPage, **LIST_ERRORS}, tags=["invocations"])
@@ -140,4 +162,4 @@ def list_invocations(
     rows, more = run_selectors.invocations_page(qs, after=after, backward=backward, limit=limit)
     # The API pages one way; a backward cursor (from a page's "Previous" link) is followed.
     next_cursor = run_selectors.invocation_cursor(rows[-1]) if rows and (more or backward) else None
-    return {"items": [invocation_summary(row) for row in rows], "next_cursor": next_cursor}
+    return {"items": rows, "next_cursor": next_cursor}

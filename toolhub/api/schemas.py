@@ -13,7 +13,8 @@ from typing import Annotated, Any, Literal
 from ninja import Schema
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
-from toolhub.accounts.clients import MAX_RATE
+from toolhub.accounts.clients import CLIENT_SCOPE, MAX_RATE
+from toolhub.accounts.models import ClientCredential
 from toolhub.agents import services as agents
 from toolhub.agents.models import AgentRun, ModelConnection
 from toolhub.api.read_from import ReadFrom
@@ -586,7 +587,7 @@ class ClientIn(StrictBody):
     user_calls_per_minute: int | None = Field(default=None, ge=0, le=MAX_RATE)
 
 
-class ClientOut(Schema):
+class ClientOut(ReadFrom):
     id: int
     name: str
     acts_for_users: bool
@@ -599,6 +600,18 @@ class ClientOut(Schema):
     user_calls_per_minute: int | None
     created_at: str
     last_used_at: str | None
+
+    @staticmethod
+    def resolve_scope(client: ClientCredential) -> list[str]:
+        return list(CLIENT_SCOPE)
+
+    @staticmethod
+    def resolve_created_at(client: ClientCredential) -> str:
+        return client.created_at.isoformat()
+
+    @staticmethod
+    def resolve_last_used_at(client: ClientCredential) -> str | None:
+        return _iso(client.last_used_at)
 
 
 class ClientCreatedOut(ClientOut):

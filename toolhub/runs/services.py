@@ -154,10 +154,10 @@ def invocation_create(
         for name, value in error_fields(text_message("run.queue_failed")).items():
             setattr(invocation, name, value)
         invocation.finished_at = timezone.now()
-        plainsql.insert(invocation)
+        invocation.save(force_insert=True)
         raise InvocationRejected(503, [(_("No worker is available to run tools right now; try again later."), None)]) from exc
     try:
-        plainsql.insert(invocation)
+        invocation.save(force_insert=True)
     except BaseException:
         # The message is out: the worker that takes it finds no row and gives up on it.
         if listener is not None:
