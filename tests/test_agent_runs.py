@@ -20,6 +20,7 @@ from django.db import connection
 from tests.conftest import start_worker
 from tests.model_server import completion
 from tests.sandbox_fixtures import require_sandbox
+from toolhub import heartbeat
 from toolhub.accounts.models import ApiToken
 from toolhub.agents import services
 from toolhub.agents.models import AgentRun
@@ -280,9 +281,8 @@ def test_the_time_budget_stops_a_slow_model(setup, carol, model_server, settings
 def test_a_run_beats_while_its_model_takes_its_time(setup, carol, model_server, monkeypatch):
     """The worker's beat runs beside a slow model call (the tool calls' beat, on its timing), so
     the reaper never takes a run that waits on its model for a dead one."""
-    from toolhub.runs import engine as run_engine
 
-    monkeypatch.setattr(run_engine, "HEARTBEAT_SECONDS", 0.2)
+    monkeypatch.setattr(heartbeat, "EVERY_SECONDS", 0.2)
     seen = []
 
     def slow(body):
@@ -303,13 +303,13 @@ def test_the_reaper_ends_a_run_whose_worker_died(setup, carol):
 
     from django.utils import timezone
 
-    from toolhub.agents.tasks import reap_stale_agent_runs
+    from toolhub.reaper import reap_stale_work
 
     run = start(carol)
     AgentRun.objects.filter(pk=run.pk).update(status="running", heartbeat_at=timezone.now() - timedelta(minutes=5))
     fresh = start(carol)
     AgentRun.objects.filter(pk=fresh.pk).update(status="running", heartbeat_at=timezone.now())
-    assert reap_stale_agent_runs() == 1
+    assert reap_stale_work.run()["agent_runs"] == 1
     run.refresh_from_db()
     fresh.refresh_from_db()
     assert (run.status, run.error) == ("failed", "The worker running this agent run stopped before it finished.")

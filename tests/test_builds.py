@@ -27,13 +27,14 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from tests.conftest import example, start_worker, toolkit_source
-from toolhub import broker
+from toolhub import broker, heartbeat
 from toolhub.messages import as_written
 from toolhub.packages import envbuild as envlib
 from toolhub.packages.environments import environments_root
 from toolhub.packages.models import Approval, Package
+from toolhub.reaper import reap_stale_work
 from toolhub.runs.models import Invocation, RunStatus
-from toolhub.runs.tasks import reap_stale_work, run_invocation
+from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits import services as toolkit_services
 from toolhub.toolkits.models import Revision, Status, Toolkit
@@ -752,7 +753,7 @@ def test_a_worker_killed_mid_build_leaves_nothing_usable_and_the_build_can_be_re
     revision.refresh_from_db()
     assert (revision.status, revision.status_detail) == (Status.FAILED, INTERRUPTED)
     # (The last beat came up to one interval before the kill.)
-    silent = lifecycle.STEP_DEAD_AFTER_SECONDS - lifecycle.STEP_HEARTBEAT_SECONDS
+    silent = heartbeat.DEAD_AFTER_SECONDS - heartbeat.EVERY_SECONDS
     assert silent <= time.monotonic() - killed_at < 60
 
     # ...and a Retry on a fresh worker builds it cleanly, discarding the leftover.

@@ -19,9 +19,10 @@ from tests.conftest import start_worker
 from tests.sandbox_fixtures import require_sandbox
 from tests.test_api_invocations import made_invocation, toolkit  # noqa: F401 - fixture
 from tests.test_invocations import HARNESS, bearer, ready  # noqa: F401 - fixture
+from toolhub import heartbeat
+from toolhub.reaper import reap_stale_work
 from toolhub.runs import engine
 from toolhub.runs.models import Invocation, RunStatus, Surface
-from toolhub.runs.tasks import reap_stale_work
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -74,7 +75,7 @@ def test_a_message_whose_invocation_was_run_for_another_runs_nothing(toolkit, al
 def test_a_message_delivered_again_after_its_worker_died_fails_its_run(toolkit, alice):  # noqa: F811
     dead = made_invocation(
         toolkit, alice, status=RunStatus.RUNNING,
-        heartbeat_at=timezone.now() - timedelta(seconds=engine.DEAD_AFTER_SECONDS * 2),
+        heartbeat_at=timezone.now() - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS * 2),
     )
     engine.run_next(str(dead.id))
     dead.refresh_from_db()

@@ -33,11 +33,11 @@ from tests.conftest import example, start_worker
 from tests.helpers import broker_at
 from tests.live_fixtures import start_redis
 from tests.sandbox_fixtures import require_sandbox
+from toolhub import heartbeat
 from toolhub.accounts.models import ApiToken
-from toolhub.runs import engine
+from toolhub.reaper import reap_stale_work
 from toolhub.runs.models import FINISHED, Event, Invocation, RunStatus
 from toolhub.runs.services import invocation_create
-from toolhub.runs.tasks import reap_stale_work
 from toolhub.toolkits.models import Revision, Status
 
 pytestmark = [pytest.mark.fault]
@@ -207,7 +207,7 @@ def test_a_redis_restart_without_persistence_loses_no_invocation_and_no_build(
             redis = start_redis(tmp_path, port=redis.port)  # empty: no persistence
             restarted = time.monotonic()
 
-            resent = {"invocations": 0, "builds": 0}
+            resent = {"invocations": 0, "builds": 0, "agent_runs": 0}
 
             def all_done() -> bool:
                 # What celery beat does every TOOLHUB_REAP_EVERY_SECONDS.
@@ -257,7 +257,7 @@ def test_the_reaper_is_not_late_behind_a_backlog(postgres, upload, build, alice,
         ]
         _wait_until(lambda: Invocation.objects.filter(status=RunStatus.RUNNING).exists(), what="the backlog to start")
         # What a worker that was SIGKILLed mid-run leaves behind: running, and silent since.
-        silent_since = timezone.now() - timedelta(seconds=engine.DEAD_AFTER_SECONDS + 1)
+        silent_since = timezone.now() - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS + 1)
         dead = Invocation.objects.create(
             toolkit=toolkit, revision=toolkit.current_revision, tool="steps", arguments={}, user=alice,
             status=RunStatus.RUNNING, started_at=silent_since, heartbeat_at=silent_since,

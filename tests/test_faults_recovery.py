@@ -46,13 +46,13 @@ from tests.live_fixtures import REPO, free_port, start_redis
 from tests.serving_fixtures import start_server
 from tests.test_agent_runs import ready, setup  # noqa: F401 - the agent runs' fixtures
 from tests.test_faults import SLOW, _terminate_backends, _wait_until
-from toolhub import broker
+from toolhub import broker, heartbeat
 from toolhub.accounts.models import ApiToken
 from toolhub.messages import as_written, message
+from toolhub.reaper import reap_stale_work
 from toolhub.runs import engine
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.runs.services import invocation_create
-from toolhub.runs.tasks import reap_stale_work
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits.models import Revision, Status
 
@@ -70,7 +70,7 @@ def postgres():
 
 def _dead_invocation(toolkit, user) -> Invocation:
     """What a worker SIGKILLed mid-run leaves behind: running, and silent since."""
-    silent_since = timezone.now() - timedelta(seconds=engine.DEAD_AFTER_SECONDS + 1)
+    silent_since = timezone.now() - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS + 1)
     return Invocation.objects.create(
         toolkit=toolkit, revision=toolkit.current_revision, tool="steps", arguments={}, user=user,
         status=RunStatus.RUNNING, started_at=silent_since, heartbeat_at=silent_since,
@@ -114,16 +114,14 @@ def test_a_worker_whose_database_connection_was_cut_runs_its_next_reaper_pass_an
 
 @pytest.mark.django_db(transaction=True)
 def test_the_reaper_and_a_builds_records_survive_a_cut_under_them(postgres, upload, alice, settings):
-    from toolhub.agents.tasks import reap_stale_agent_runs
-
     revision = upload(alice, example("string_reverse"), slug="cut_under_build").latest_revision()
     connection.ensure_connection()
     assert _terminate_backends() >= 1  # this process's own connection among them
     # The reaper's pass is made of conditional updates: each is repeated on a new connection.
     passed = reap_stale_work.run()
-    assert passed["invocations"] == 0 and passed["builds"] == 0
+    assert passed["invocations"] == 0 and passed["builds"] == 0 and passed["agent_runs"] == 0
     _terminate_backends()
-    assert reap_stale_agent_runs() == 0
+    assert reap_stale_work.run()["agent_runs"] == 0
     # A build whose first query after minutes of `uv` finds its connection gone.
     _terminate_backends()
     lifecycle.build_progress(revision_id=revision.pk, detail=message("build.environment"))
@@ -536,8 +534,6 @@ def test_a_queued_agent_run_whose_message_was_lost_is_sent_again_and_runs(
     from tests.model_server import completion
     from tests.test_agent_runs import start
     from toolhub.agents.models import AgentRun
-    from toolhub.agents.tasks import reap_stale_agent_runs
-
     settings.TOOLHUB_RESEND_AFTER_SECONDS = 1
     model_server.replies = [completion("Forty-two.")]
     run = start(carol)
@@ -546,7 +542,7 @@ def test_a_queued_agent_run_whose_message_was_lost_is_sent_again_and_runs(
     time.sleep(1.1)
     worker = start_worker(tmp_path, purge=False)
     try:
-        assert reap_stale_agent_runs() == 0
+        assert reap_stale_work.run()["resent"]["agent_runs"] == 1
         _wait_until(lambda: AgentRun.objects.get(pk=run.pk).status in ("succeeded", "failed"), timeout=30,
                     what="the run sent again")
     finally:
@@ -559,7 +555,7 @@ def test_a_queued_agent_run_whose_message_was_lost_is_sent_again_and_runs(
     AgentRun.objects.filter(pk=never.pk).update(
         sends=settings.TOOLHUB_RESEND_MAX + 1, sent_at=timezone.now() - timedelta(seconds=5)
     )
-    assert reap_stale_agent_runs() == 1
+    assert reap_stale_work.run()["agent_runs"] == 1
     run.refresh_from_db()
     never.refresh_from_db()
     assert (run.status, run.answer, run.sends) == ("succeeded", "Forty-two.", 2), (run.error, worker.output()[-3000:])

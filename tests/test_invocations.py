@@ -26,10 +26,12 @@ from django.utils import timezone
 from tests.conftest import example, purge_queues, start_worker
 from tests.helpers import bearer_headers
 from tests.sandbox_fixtures import require_sandbox, sandbox_user_names, wait_for_no_sandbox_processes
+from toolhub import heartbeat
+from toolhub.reaper import reap_stale_work
 from toolhub.runs import engine
 from toolhub.runs.models import Event, Invocation, RunStatus
 from toolhub.runs.services import InvocationRejected, invocation_create
-from toolhub.runs.tasks import reap_stale_work, run_invocation
+from toolhub.runs.tasks import run_invocation
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.valves import store_values
 
@@ -356,7 +358,7 @@ def test_events_are_stored_while_the_tool_still_runs(ready, alice):
 
 def test_a_silent_tool_keeps_its_heartbeat_so_the_reaper_leaves_it_alone(ready, alice, monkeypatch):
     # The tool sends nothing while it sleeps; the worker must still show it is alive.
-    monkeypatch.setattr(engine, "HEARTBEAT_SECONDS", 0.2)
+    monkeypatch.setattr(heartbeat, "EVERY_SECONDS", 0.2)
     toolkit = ready(alice, HARNESS)
     invocation = invocation_create(toolkit=toolkit, tool="nap", arguments={"seconds": 3}, user=alice)
     thread = start_in_thread(invocation)
@@ -364,7 +366,7 @@ def test_a_silent_tool_keeps_its_heartbeat_so_the_reaper_leaves_it_alone(ready, 
     wait_until(lambda: status_of(invocation) == RunStatus.RUNNING, what="running")
     # Made to look dead (one UPDATE, no sleeping against the clock): only a beat from the
     # worker while the tool is silent brings the heartbeat back before the reaper looks.
-    long_ago = timezone.now() - timedelta(seconds=engine.DEAD_AFTER_SECONDS * 10)
+    long_ago = timezone.now() - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS * 10)
     Invocation.objects.filter(pk=invocation.pk).update(heartbeat_at=long_ago)
     wait_until(lambda: Invocation.objects.get(pk=invocation.pk).heartbeat_at > long_ago, what="a heartbeat")
     reap_stale_work.run()
@@ -555,7 +557,7 @@ def test_a_worker_killed_mid_run_leaves_a_failed_invocation_and_no_process(ready
 
     # Still "running" until the reaper notices the silence.
     assert status_of(invocation) == RunStatus.RUNNING
-    monkeypatch.setattr(engine, "DEAD_AFTER_SECONDS", 1.0)
+    monkeypatch.setattr(heartbeat, "DEAD_AFTER_SECONDS", 1.0)
     time.sleep(1.5)
     reaped = reap_stale_work.run()
 
@@ -574,7 +576,7 @@ def test_a_queued_invocation_whose_message_is_gone_is_sent_again_and_runs(ready,
     purge_queues()
     long_ago = timezone.now() - timedelta(seconds=django_settings.TOOLHUB_RESEND_AFTER_SECONDS + 1)
     Invocation.objects.filter(pk=invocation.pk).update(sent_at=long_ago)
-    assert reap_stale_work.run()["resent"] == {"invocations": 1, "builds": 0}
+    assert reap_stale_work.run()["resent"] == {"invocations": 1, "builds": 0, "agent_runs": 0}
     worker = start_worker(tmp_path, purge=False)  # a worker that finds only the re-sent message
     try:
         wait_until(lambda: status_of(invocation) not in (RunStatus.QUEUED, RunStatus.RUNNING), what="the re-sent task to run")

@@ -16,9 +16,10 @@ from django.utils import timezone
 
 from tests.conftest import toolkit_source
 from tests.test_api_invocations import broker_unreachable
+from toolhub import heartbeat
 from toolhub.accounts.models import ApiToken
+from toolhub.reaper import reap_stale_work
 from toolhub.runs.models import Invocation, RunStatus
-from toolhub.runs.tasks import reap_stale_work
 from toolhub.toolkits import lifecycle
 from toolhub.toolkits.models import Revision, Status, Toolkit
 from toolhub.toolkits.tasks import build_revision
@@ -81,7 +82,10 @@ def test_a_queued_invocation_is_sent_again_before_it_is_ever_failed(alice, uploa
     # Each pass of the reaper after the grace period sends the task again, and fails nothing...
     for sends in range(2, settings.TOOLHUB_RESEND_MAX + 2):
         _age_last_send(pk=invocation.pk)
-        assert reap_stale_work.run() == {"invocations": 0, "builds": 0, "test_runs": 0, "resent": {"invocations": 1, "builds": 0}}
+        assert reap_stale_work.run() == {
+            "invocations": 0, "builds": 0, "test_runs": 0, "agent_runs": 0,
+            "resent": {"invocations": 1, "builds": 0, "agent_runs": 0},
+        }
         invocation.refresh_from_db()
         assert (invocation.status, invocation.sends) == (RunStatus.QUEUED, sends)
         assert timezone.now() - invocation.sent_at < timedelta(seconds=5)
@@ -105,7 +109,10 @@ def test_a_queued_build_is_sent_again_then_failed_with_the_reason_and_retry_work
     long_ago = timezone.now() - timedelta(seconds=settings.TOOLHUB_RESEND_AFTER_SECONDS + 1)
     for sends in range(2, settings.TOOLHUB_RESEND_MAX + 2):
         Revision.objects.filter(pk=revision.pk).update(task_sent_at=long_ago)
-        assert reap_stale_work.run() == {"invocations": 0, "builds": 0, "test_runs": 0, "resent": {"invocations": 0, "builds": 1}}
+        assert reap_stale_work.run() == {
+            "invocations": 0, "builds": 0, "test_runs": 0, "agent_runs": 0,
+            "resent": {"invocations": 0, "builds": 1, "agent_runs": 0},
+        }
         revision.refresh_from_db()
         assert (revision.status, revision.task_sends) == (Status.BUILDING, sends)
     Revision.objects.filter(pk=revision.pk).update(task_sent_at=long_ago)
@@ -131,11 +138,11 @@ def test_a_second_delivery_of_a_build_is_ignored_while_the_first_runs(alice, upl
 
 
 def test_a_build_whose_worker_stopped_beating_is_failed_and_a_beating_one_is_left_alone(alice, upload, monkeypatch):
-    monkeypatch.setattr(lifecycle, "STEP_HEARTBEAT_SECONDS", 0.1)
+    monkeypatch.setattr(heartbeat, "EVERY_SECONDS", 0.1)
     dead = upload(alice, toolkit_source("Dead Build")).latest_revision()
     alive = upload(alice, toolkit_source("Live Build")).latest_revision()
     assert lifecycle.build_claim(revision_id=dead.pk) and lifecycle.build_claim(revision_id=alive.pk)
-    silent = timezone.now() - timedelta(seconds=lifecycle.STEP_DEAD_AFTER_SECONDS + 1)
+    silent = timezone.now() - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS + 1)
     Revision.objects.filter(pk__in=[dead.pk, alive.pk]).update(heartbeat_at=silent)
     with lifecycle.step_heartbeat(alive.pk):
         deadline = time.monotonic() + 10

@@ -9,6 +9,7 @@ import pytest
 from django.utils import timezone
 
 from tests.test_api_invocations import made_invocation, toolkit  # noqa: F401 - fixture
+from toolhub import heartbeat
 from toolhub.messages import as_written
 from toolhub.runs import engine, queue
 from toolhub.runs.models import Invocation, RunStatus
@@ -49,7 +50,7 @@ def test_the_fairest_queued_invocation_is_chosen_in_one_query(toolkit, alice, bo
         assert engine.fairest_queued() == theirs.pk
 
 
-@pytest.mark.parametrize(("beat_ago", "ended"), [(None, True), (engine.DEAD_AFTER_SECONDS * 2, True), (1, False)])
+@pytest.mark.parametrize(("beat_ago", "ended"), [(None, True), (heartbeat.DEAD_AFTER_SECONDS * 2, True), (1, False)])
 def test_a_redelivered_message_ends_only_a_silent_run(toolkit, alice, beat_ago, ended):  # noqa: F811
     beat = None if beat_ago is None else timezone.now() - timedelta(seconds=beat_ago)
     running = made_invocation(toolkit, alice, status=RunStatus.RUNNING, heartbeat_at=beat, pending_call={"type": "input"})

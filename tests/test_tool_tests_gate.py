@@ -179,7 +179,7 @@ def test_a_worker_that_dies_mid_run_is_reaped_like_other_steps(sleeper, alice):
 
     from django.utils import timezone
 
-    from toolhub.runs.tasks import reap_stale_work
+    from toolhub.reaper import reap_stale_work
     from toolhub.runs.tool_tests import WORKER_STOPPED
 
     toolkit, worker = sleeper

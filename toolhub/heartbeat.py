@@ -14,6 +14,12 @@ from django.db import DatabaseError, connection
 
 from toolhub import dbretry
 
+# Every worker beats this often while it runs something (a tool call, a build step, a tool test
+# run, an agent run), and work whose worker has not beaten for DEAD_AFTER_SECONDS has lost it:
+# the reaper (toolhub.reaper) ends it. One pair for every kind of work.
+EVERY_SECONDS = 2.0
+DEAD_AFTER_SECONDS = 20.0
+
 
 class Beat:
     """No tick starts once the `with` block has ended, and the block's end waits for a tick in

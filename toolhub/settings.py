@@ -277,22 +277,22 @@ CELERY_WORKER_PROC_ALIVE_TIMEOUT = 60.0
 CELERY_DB_REUSE_MAX = env.int("TOOLHUB_WORKER_DB_REUSE_TASKS", default=1000)
 # Per task, by name. The reaper has a queue of its own, so it never waits behind the work
 # it must reap.
+# The reaper is no app's: the worker imports it by name.
+CELERY_IMPORTS = ["toolhub.reaper"]
 CELERY_TASK_ROUTES = {
     "toolhub.toolkits.tasks.build_revision": {"queue": "builds"},
     "toolhub.toolkits.tasks.introspect_revision": {"queue": "sandbox"},
     "toolhub.runs.tasks.run_invocation": {"queue": "sandbox"},
     "toolhub.runs.tasks.revision_tests": {"queue": "sandbox"},
     "toolhub.runs.tasks.tool_tests_run": {"queue": "sandbox"},
-    "toolhub.runs.tasks.reap_stale_work": {"queue": "maintenance"},
+    "toolhub.reaper.reap_stale_work": {"queue": "maintenance"},
     "toolhub.agents.tasks.run_agent": {"queue": "sandbox"},
-    "toolhub.agents.tasks.reap_stale_agent_runs": {"queue": "maintenance"},
     "toolhub.usage.tasks.fold_usage": {"queue": "maintenance"},
 }
-# How often celery beat runs the reapers.
+# How often celery beat runs the reaper (toolhub.reaper).
 _REAP_EVERY = env.float("TOOLHUB_REAP_EVERY_SECONDS", default=30.0)
 CELERY_BEAT_SCHEDULE = {
-    "reap-stale-work": {"task": "toolhub.runs.tasks.reap_stale_work", "schedule": _REAP_EVERY},
-    "reap-stale-agent-runs": {"task": "toolhub.agents.tasks.reap_stale_agent_runs", "schedule": _REAP_EVERY},
+    "reap-stale-work": {"task": "toolhub.reaper.reap_stale_work", "schedule": _REAP_EVERY},
     "fold-usage": {"task": "toolhub.usage.tasks.fold_usage", "schedule": env.float("TOOLHUB_USAGE_FOLD_EVERY_SECONDS", default=60.0)},
 }
 

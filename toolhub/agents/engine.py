@@ -30,7 +30,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from toolhub import dbretry
+from toolhub import dbretry, heartbeat
 from toolhub.agents.client import Client, ModelError
 from toolhub.agents.models import AgentRun, AgentRunStatus
 from toolhub.heartbeat import Beat
@@ -311,7 +311,7 @@ def _heartbeat(run_id: Any) -> Beat:
     def tick() -> None:
         AgentRun.objects.filter(pk=run_id, status=AgentRunStatus.RUNNING).update(heartbeat_at=timezone.now())
 
-    return Beat(tick, every=run_engine.HEARTBEAT_SECONDS)
+    return Beat(tick, every=heartbeat.EVERY_SECONDS)
 
 
 def take(run_id: str) -> None:

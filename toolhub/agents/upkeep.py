@@ -1,4 +1,4 @@
-"""The agent runs' upkeep, run by the maintenance queue's reaper (toolhub.agents.tasks): runs
+"""The agent runs' upkeep, run by the maintenance queue's reaper (toolhub.reaper): runs
 whose worker stopped beating are ended, queued runs whose message may be lost are sent again,
 and runs no worker took after every re-send are failed with the reason. The rule and timings
 are the tool calls' (toolhub.runs.engine)."""
@@ -11,7 +11,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from toolhub import dbretry
+from toolhub import heartbeat
 from toolhub.agents import engine, services
 from toolhub.agents.models import AgentRun, AgentRunStatus
 from toolhub.messages import as_written
@@ -20,25 +20,14 @@ from toolhub.runs.models import error_fields
 
 logger = logging.getLogger(__name__)
 
-# A running agent run whose worker has not beaten for this long is dead (as for tool calls).
-DEAD_AFTER_SECONDS = run_engine.DEAD_AFTER_SECONDS
 # At most this many queued runs are sent again per pass.
 RESEND_BATCH = 500
-
-
-def reap() -> int:
-    """One pass; returns how many runs it ended. Each step is repeated once on a new
-    connection when the database connection drops under it."""
-    dead = dbretry.write(reap_dead, what="the reaper: stale agent runs", already_done=None) or 0
-    dbretry.write(resend_queued, what="the reaper: queued agent runs", already_done=None)
-    unclaimed = dbretry.write(fail_unclaimed, what="the reaper: unclaimed agent runs", already_done=None) or 0
-    return dead + unclaimed
 
 
 def reap_dead() -> int:
     now = timezone.now()
     return AgentRun.objects.filter(
-        status=AgentRunStatus.RUNNING, heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS)
+        status=AgentRunStatus.RUNNING, heartbeat_at__lt=now - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS)
     ).update(status=AgentRunStatus.FAILED, finished_at=now, **error_fields(engine.WORKER_STOPPED))
 
 

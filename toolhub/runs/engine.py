@@ -18,7 +18,7 @@ from django.db.models import F, Model
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
-from toolhub import dbretry
+from toolhub import dbretry, heartbeat
 from toolhub.heartbeat import Beat
 from toolhub.messages import Message, as_written, message
 from toolhub.packages import envbuild as envlib
@@ -35,11 +35,8 @@ from toolhub.vault.secret_fields import MASK
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT_SECONDS = 2.0
 # How often a running invocation looks whether it was cancelled (the sandbox is then killed).
 CANCEL_CHECK_SECONDS = 0.5
-# A running invocation whose worker has not beaten for this long is dead.
-DEAD_AFTER_SECONDS = 20.0
 # At most this many queued invocations are sent again per pass of the reaper.
 RESEND_BATCH = 1000
 # Host time (event writes, heartbeats) credited to a run beyond its answer budget.
@@ -160,7 +157,7 @@ class Recorder:
             self._pending = []
 
     def _heartbeat(self, force: bool = False) -> None:
-        if force or time.monotonic() - self.beat > HEARTBEAT_SECONDS:
+        if force or time.monotonic() - self.beat > heartbeat.EVERY_SECONDS:
             self.beat = time.monotonic()
             dbretry.write(
                 lambda: Invocation.objects.filter(pk=self.invocation.pk).update(heartbeat_at=timezone.now()),
@@ -232,7 +229,7 @@ class Heartbeat(Beat):
         super().__init__(self._check, every=CANCEL_CHECK_SECONDS)
 
     def _check(self) -> None:
-        if time.monotonic() - self._last_beat >= HEARTBEAT_SECONDS:
+        if time.monotonic() - self._last_beat >= heartbeat.EVERY_SECONDS:
             self._last_beat = time.monotonic()
             dbretry.write(
                 lambda: Invocation.objects.filter(
@@ -387,7 +384,7 @@ def _take(woken) -> queue.Taken:
             # this one. Only then: two workers may read the clock in the same microsecond.
             return queue.Taken(False, mine.pk, mine)
         return queue.take_next(
-            woken, now=now, silent_since=now - timedelta(seconds=DEAD_AFTER_SECONDS), error=WORKER_STOPPED
+            woken, now=now, silent_since=now - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS), error=WORKER_STOPPED
         )
 
     # dbretry answers None only for an `already_done` error, and there is none here.
@@ -451,7 +448,7 @@ def _claim(invocation_id: str) -> tuple[Invocation | None, bool]:
 
 def _abandoned(qs, now):
     """Of `qs`, the invocations running (or waiting for an answer) without a recent heartbeat."""
-    return qs.filter(heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS), status__in=BUSY)
+    return qs.filter(heartbeat_at__lt=now - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS), status__in=BUSY)
 
 
 def _execute(invocation: Invocation) -> None:
@@ -467,7 +464,7 @@ def _execute(invocation: Invocation) -> None:
     scrub = Scrubber(request, revision)
     try:
         recorder = Recorder(invocation, scrub, seq=0)
-        with Heartbeat(invocation.pk, flush=recorder.flush_if_due) as heartbeat:
+        with Heartbeat(invocation.pk, flush=recorder.flush_if_due) as beating:
             env_dir = revision_environment(revision)
             # One hard deadline: the wall-clock limit, plus at most the answer budget (and a
             # little for the worker's own writes) spent waiting on the host.
@@ -478,7 +475,7 @@ def _execute(invocation: Invocation) -> None:
                 outcome = sandboxing.run(
                     revision=revision, env_dir=env_dir, request=request, on_message=recorder,
                     egress=sandboxing.egress_policy(invocation.toolkit, revision),
-                    limits_=limits, warm=True, cancel=heartbeat.cancelled,
+                    limits_=limits, warm=True, cancel=beating.cancelled,
                 )
             finally:
                 # Every event is stored before the run's end is.
@@ -542,7 +539,7 @@ def _execute(invocation: Invocation) -> None:
 def _alive(invocation: Invocation) -> bool:
     """Whether a worker beat for this invocation recently (it is being run right now)."""
     beat = invocation.heartbeat_at
-    return beat is not None and beat > timezone.now() - timedelta(seconds=DEAD_AFTER_SECONDS)
+    return beat is not None and beat > timezone.now() - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS)
 
 
 def _invoke_request(invocation: Invocation) -> dict:

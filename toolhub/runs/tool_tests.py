@@ -17,7 +17,7 @@ from datetime import timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from toolhub import dbretry
+from toolhub import dbretry, heartbeat
 from toolhub.heartbeat import Beat
 from toolhub.messages import Message, message
 from toolhub.runs import engine
@@ -28,8 +28,6 @@ from toolhub.toolkits.tool_tests import MAX_TESTS
 
 logger = logging.getLogger(__name__)
 
-HEARTBEAT_SECONDS = 5.0
-DEAD_AFTER_SECONDS = 30.0
 # A run asked for on demand that no worker took for this long is ended (the reaper).
 QUEUED_AT_MOST = timedelta(minutes=15)
 WORKER_STOPPED = message("tests.worker_stopped")
@@ -83,7 +81,7 @@ def _execute(run: ToolTestRun, *, on_case=None) -> None:
     ToolTestRun.objects.filter(pk=run.pk).update(total=len(tests))
     failed = 0
     try:
-        with Beat(beat, every=HEARTBEAT_SECONDS):
+        with Beat(beat, every=heartbeat.EVERY_SECONDS):
             for position, test in enumerate(tests):
                 result = _case(run, test, position)
                 result.save()
@@ -139,7 +137,7 @@ def reap_test_runs() -> int:
     returns how many. (A gate run's revision is reaped by lifecycle.reap_stale_builds.)"""
     now = timezone.now()
     stopped = ToolTestRun.objects.filter(
-        status=ToolTestStatus.RUNNING, heartbeat_at__lt=now - timedelta(seconds=DEAD_AFTER_SECONDS)
+        status=ToolTestStatus.RUNNING, heartbeat_at__lt=now - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS)
     ).update(status=ToolTestStatus.FAILED, finished_at=now, **ToolTestRun.error_fields(WORKER_STOPPED))
     untaken = ToolTestRun.objects.filter(
         Q(gate=False) | Q(revision__status__in=["failed", "rejected"]),

@@ -43,7 +43,7 @@ from django.db.models import F
 from django.utils import timezone
 from kombu.exceptions import OperationalError as BrokerError
 
-from toolhub import broker, dbretry
+from toolhub import broker, dbretry, heartbeat
 from toolhub.heartbeat import Beat
 from toolhub.messages import Message, joined, message
 from toolhub.packages import index_checks
@@ -81,9 +81,6 @@ OVERDUE = message("build.overdue")
 # Why a gate run of an earlier attempt ended (ToolTestRun.error_message).
 TESTS_REPLACED = message("tests.replaced")
 
-# A worker running a step beats this often; one silent for STEP_DEAD_AFTER_SECONDS has stopped.
-STEP_HEARTBEAT_SECONDS = 5.0
-STEP_DEAD_AFTER_SECONDS = 30.0
 
 
 class QueueUnavailable(Exception):
@@ -306,7 +303,7 @@ def step_heartbeat(revision_id: int) -> Beat:
             what=f"the heartbeat of the build of revision {revision_id}",
         )
 
-    return Beat(tick, every=STEP_HEARTBEAT_SECONDS)
+    return Beat(tick, every=heartbeat.EVERY_SECONDS)
 
 
 @dbretry.retried("recording a build's progress")
@@ -490,13 +487,13 @@ def review_decide(*, revision_id: int, user: User, approve: bool, reason: str = 
 
 
 def reap_stale_builds() -> int:
-    """Fail builds whose worker stopped (no beat for STEP_DEAD_AFTER_SECONDS), whose step
+    """Fail builds whose worker stopped (no beat for heartbeat.DEAD_AFTER_SECONDS), whose step
     no worker took although its task was sent 1 + TOOLHUB_RESEND_MAX times, and steps that
     made no progress for much longer than a build may take; returns how many."""
     now = timezone.now()
     building = Revision.objects.filter(status=Status.BUILDING)
     failed = {"status": Status.FAILED, "status_changed_at": now}
-    n = building.filter(heartbeat_at__lt=now - timedelta(seconds=STEP_DEAD_AFTER_SECONDS)).update(
+    n = building.filter(heartbeat_at__lt=now - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS)).update(
         **failed, **status_fields(INTERRUPTED)
     )
     never_taken = building.filter(
