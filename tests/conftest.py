@@ -285,15 +285,70 @@ _WORKER_FIXTURES = {"worker", "slow_worker"}
 _SANDBOX_FIXTURES = {"sandbox_env", "sandbox_runtime", "build", "inline_tasks"}
 
 
-def pytest_collection_modifyitems(config, items):
-    """Mark every test with what it needs (see the markers in pyproject.toml)."""
-    for item in items:
-        names = set(getattr(item, "fixturenames", ()))
-        if names & _DATABASE_FIXTURES or item.get_closest_marker("django_db"):
-            item.add_marker(pytest.mark.database)
-        if names & _WORKER_FIXTURES:
-            item.add_marker(pytest.mark.worker)
-        if names & (_WORKER_FIXTURES | _SANDBOX_FIXTURES):
-            item.add_marker(pytest.mark.sandbox)
-        if not any(item.get_closest_marker(need) for need in _NEEDS):
-            item.add_marker(pytest.mark.plain)
+# What the whole host shares: sandboxes (the uid pool, and the checks that no sandbox process
+# survives a test), Celery workers, injected faults, Redis-wide commands (`host`). `make test`
+# (scripts/run_tests.py) runs the tests that use any of it one after another in one pytest
+# process, and the rest in another beside it.
+_HOST_WIDE = ("sandbox", "worker", "fault", "host")
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark every test with what it needs (see the markers in pyproject.toml), as it is
+    collected (before `-m` selects)."""
+    names = set(getattr(item, "fixturenames", ()))
+    if names & _DATABASE_FIXTURES or item.get_closest_marker("django_db"):
+        item.add_marker(pytest.mark.database)
+    if names & _WORKER_FIXTURES:
+        item.add_marker(pytest.mark.worker)
+    if names & (_WORKER_FIXTURES | _SANDBOX_FIXTURES):
+        item.add_marker(pytest.mark.sandbox)
+    if not any(item.get_closest_marker(need) for need in _NEEDS):
+        item.add_marker(pytest.mark.plain)
+
+
+def needed_marker(argv: object) -> str | None:
+    """The marker a test must carry to start this process: `sandbox` for bubblewrap (a sandbox,
+    a build), `worker` for a Celery worker; None for anything else."""
+    words = [os.fsdecode(word) for word in argv] if isinstance(argv, (list, tuple)) else str(argv).split()
+    names = [os.path.basename(word) for word in words[:1]]
+    if names == ["bwrap"]:
+        return "sandbox"
+    if "celery" in words[:4] and "worker" in words:
+        return "worker"
+    return None
+
+
+class _Overreach:
+    """What the running test started that its markers do not say (see pytest_collection_
+    modifyitems): read from Python's audit events, so it sees every process this test process
+    starts, however deep in ToolHub the start is."""
+
+    item: pytest.Item | None = None
+    found: list[str] = []
+
+    @classmethod
+    def hook(cls, event: str, args: tuple) -> None:
+        if event != "subprocess.Popen" or cls.item is None:
+            return
+        marker = needed_marker(args[1])
+        if marker is not None and cls.item.get_closest_marker(marker) is None:
+            cls.found.append(f"started {os.path.basename(os.fsdecode(args[0]))} without the `{marker}` marker")
+
+
+sys.addaudithook(_Overreach.hook)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _Overreach.item, _Overreach.found = item, []
+
+
+@pytest.hookimpl(trylast=True)  # after the test's fixtures are torn down
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    found, _Overreach.item, _Overreach.found = _Overreach.found, None, []
+    if found:
+        pytest.fail(
+            f"{item.nodeid} needs more than its markers say ({'; '.join(sorted(set(found)))}): "
+            "use the fixture that brings it (tests/conftest.py) or mark it, so that it runs where "
+            "such tests run (scripts/run_tests.py)", pytrace=False,
+        )

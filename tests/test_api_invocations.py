@@ -298,7 +298,7 @@ def test_another_user_gets_404_even_the_toolkits_owner(client, toolkit, carol, w
     assert response.json() == {"errors": [{"message": "Not found.", "field": None, "line": None}]}
 
 
-@pytest.mark.parametrize("invocation_id", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize("invocation_id", ["5a35e8f5-cff8-4ab8-b20c-1c7f9b13bbd9", "not-a-uuid"])
 def test_an_unknown_invocation_is_404(client, carol, invocation_id):
     assert client.get(f"/api/v1/invocations/{invocation_id}", **bearer(carol)).status_code == 404
 

@@ -143,6 +143,7 @@ def _revision(toolkit) -> Revision:
     return Revision.objects.filter(toolkit=toolkit).order_by("-number").first()
 
 
+@pytest.mark.sandbox  # runs as the build user, in the data directory the builds made traversable
 def test_the_bait_is_readable_by_the_build_user_outside_the_sandbox(bait):
     # Without this, the probes below failing would prove nothing about the sandbox.
     probe = (
@@ -455,5 +456,7 @@ def test_a_lock_of_over_a_hundred_packages_installs_through_the_build_proxy_a_fe
     assert revision.status == Status.READY, (revision.status_detail, revision.build_log[-3000:])
     assert sum(f"bulk-leaf-{n:03d}==1.0" in revision.lock for n in range(BULK - 1)) == BULK - 1
     # uv fetched them TOOLHUB_BUILD_CONCURRENT_DOWNLOADS at a time, not its own default of 50.
-    assert 1 < handler.most <= settings.TOOLHUB_BUILD_CONCURRENT_DOWNLOADS, handler.most
+    # (One more can be counted: uv sends its next request once it has read a whole answer, a
+    # moment before the server's thread counts that answer done.)
+    assert 1 < handler.most <= settings.TOOLHUB_BUILD_CONCURRENT_DOWNLOADS + 1, handler.most
     assert "egress refused" not in revision.build_log

@@ -18,6 +18,9 @@ from toolhub.sandbox import scratch
 from toolhub.sandbox.egress.endpoint import start_endpoint
 from toolhub.toolkits import sandboxing
 
+# The sweep looks at every process and temporary directory of the host.
+pytestmark = pytest.mark.host
+
 
 def _dead_pid() -> int:
     process = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -40,6 +40,8 @@ from toolhub.packages.envbuild import (
     remove_partial_builds,
 )
 
+pytestmark = pytest.mark.sandbox
+
 INTERPRETER = "/usr/bin/python3.11"
 # Short network limits, so that the tests about an unreachable index finish quickly.
 FAST = Timeouts(total_seconds=120, silence_seconds=60, network_seconds=5, network_retries=1)

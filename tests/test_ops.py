@@ -64,6 +64,7 @@ def test_a_wrong_method_is_refused_with_json_and_the_allowed_methods(client, pat
 # ------------------------------------------------------------------------------
 
 
+@pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_readyz_is_ok_with_a_live_worker_on_every_queue(client, tmp_path):
     worker = start_worker(tmp_path)
@@ -79,6 +80,7 @@ def test_readyz_is_ok_with_a_live_worker_on_every_queue(client, tmp_path):
     _assert_no_secret(response.content.decode())
 
 
+@pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_readyz_counts_workers_per_queue_and_names_the_queue_nobody_serves(client, tmp_path):
     work = start_worker(tmp_path, queues=("sandbox", "builds"), name="work")

@@ -286,6 +286,7 @@ def test_a_subscription_made_ahead_without_redis_leaves_the_wait_to_poll(toolkit
     assert finished.status == RunStatus.SUCCEEDED
 
 
+@pytest.mark.host  # kills every subscriber on the Redis server
 @pytest.mark.parametrize("ahead", [True, False])
 def test_a_subscription_lost_mid_wait_is_followed_by_polling(invocation, settings, ahead) -> None:
     import redis

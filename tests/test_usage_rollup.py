@@ -166,6 +166,7 @@ def test_the_fold_is_scheduled_on_the_maintenance_queue() -> None:
     assert settings.CELERY_TASK_ROUTES["toolhub.usage.tasks.fold_usage"] == {"queue": "maintenance"}
 
 
+@pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_the_scheduled_task_folds_in_a_real_worker(admin, alice, upload, tmp_path) -> None:
     from toolhub import broker

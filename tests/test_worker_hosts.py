@@ -53,6 +53,8 @@ def _finished(invocations: list[Invocation], timeout: float = 180) -> list[Invoc
     raise AssertionError(f"not finished in {timeout} s: {[(r.pk, r.status) for r in rows]}")
 
 
+@pytest.mark.worker
+@pytest.mark.sandbox
 def test_a_toolkit_built_on_one_host_is_served_by_another_and_a_host_that_cannot_build_names_itself(
     upload, alice, hosts_root, tmp_path
 ):

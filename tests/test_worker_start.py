@@ -18,6 +18,8 @@ from toolhub.toolkits.building import revision_environment
 from toolhub.toolkits.models import Status
 from toolhub.toolkits.sandboxing import startup_check
 
+pytestmark = [pytest.mark.sandbox, pytest.mark.worker]
+
 
 def test_a_worker_without_bubblewrap_says_so_at_start(settings, caplog):
     settings.TOOLHUB_BWRAP = "/nonexistent/bwrap"

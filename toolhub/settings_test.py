@@ -9,6 +9,30 @@ _REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("TOOLHUB_TESTING", "1")
 # Under /tmp, so the unprivileged sandbox user can traverse it wherever the checkout lives.
 os.environ.setdefault("TOOLHUB_DATA_DIR", "/tmp/toolhub-test-data")
+
+
+_PARTS = {"host": 0, "rest": 1}
+
+
+def _own_part(part: str) -> None:
+    """A part of a test run beside another (scripts/run_tests.py sets TOOLHUB_TEST_PART) gets a
+    data directory and a Redis database of its own (and a test database, below), so a Celery
+    worker one of them starts never takes the other's messages. Applied once: the workers and
+    servers a test starts inherit the environment, and these settings, already shifted."""
+    if part not in _PARTS or os.environ.get("TOOLHUB_TEST_PART_APPLIED") == part:
+        return
+    os.environ["TOOLHUB_TEST_PART_APPLIED"] = part
+    number = _PARTS[part]
+    os.environ["TOOLHUB_DATA_DIR"] = f"{os.environ['TOOLHUB_DATA_DIR'].rstrip('/')}-{part}"
+    redis_url = os.environ.get("REDIS_URL", "")
+    if redis_url:
+        base, _, db = redis_url.rpartition("/")
+        if not db.isdigit():  # no database in the URL: Redis's 0
+            base, db = redis_url.rstrip("/"), "0"
+        os.environ["REDIS_URL"] = f"{base}/{(int(db) + 1 + number) % 16}"
+
+
+_own_part(os.environ.get("TOOLHUB_TEST_PART", ""))
 os.environ.setdefault("TOOLHUB_ENV_FILE", "/nonexistent")
 os.environ.setdefault("TOOLHUB_ENCRYPTION_KEYS", "k0TA1fW4Wk2s3kX0Zr6Cz9Gm4t1sR8hL2bQ5yE7uN0o=")
 os.environ.setdefault("TOOLHUB_FIND_LINKS", str(_REPO / ".data" / "wheelhouse"))
@@ -29,3 +53,9 @@ from toolhub.settings import DATA_DIR  # noqa: E402
 
 os.chmod(DATA_DIR, 0o711)
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+if os.environ.get("TOOLHUB_TEST_PART") in _PARTS:
+    _test = DATABASES["default"].setdefault("TEST", {})  # noqa: F405
+    if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
+        _test.setdefault("NAME", os.path.join(DATA_DIR, "test.sqlite3"))
+    else:
+        _test.setdefault("NAME", f"test_{DATABASES['default']['NAME']}_{os.environ['TOOLHUB_TEST_PART']}")  # noqa: F405
