@@ -9,7 +9,7 @@ cannot use its helpers)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any, Literal
 
 from django.contrib.auth.models import User
@@ -21,7 +21,6 @@ from toolhub import keyset
 from toolhub.accounts.http import AuthenticatedHttpRequest
 from toolhub.accounts.roles import is_admin
 from toolhub.api import schemas as s
-from toolhub.api.read_from import ReadFrom
 from toolhub.runs import selectors as run_selectors
 from toolhub.runs.models import Invocation
 from toolhub.toolkits import selectors
@@ -43,7 +42,7 @@ class ToolkitPage(Schema):
     next_cursor: str | None
 
 
-class InvocationSummary(ReadFrom):
+class InvocationSummary(s.ReadsInvocation):
     id: str
     toolkit: str
     revision: int
@@ -60,44 +59,12 @@ class InvocationSummary(ReadFrom):
     limit: str | None
 
     @staticmethod
-    def resolve_id(invocation: Invocation) -> str:
-        return str(invocation.id)
-
-    @staticmethod
-    def resolve_toolkit(invocation: Invocation) -> str:
-        return invocation.toolkit.slug
-
-    @staticmethod
-    def resolve_revision(invocation: Invocation) -> int:
-        return invocation.revision.number
-
-    @staticmethod
     def resolve_error(invocation: Invocation) -> str | None:
         return invocation.error[:ERROR_CHARS] or None
 
     @staticmethod
     def resolve_user(invocation: Invocation) -> str:
         return invocation.user.get_username()
-
-    @staticmethod
-    def resolve_client(invocation: Invocation) -> str | None:
-        return invocation.client.name if invocation.client is not None else None
-
-    @staticmethod
-    def resolve_created_at(invocation: Invocation) -> str:
-        return invocation.created_at.isoformat()
-
-    @staticmethod
-    def resolve_started_at(invocation: Invocation) -> str | None:
-        return _iso(invocation.started_at)
-
-    @staticmethod
-    def resolve_finished_at(invocation: Invocation) -> str | None:
-        return _iso(invocation.finished_at)
-
-    @staticmethod
-    def resolve_limit(invocation: Invocation) -> str | None:
-        return invocation.limit or None
 
 
 class InvocationPage(Schema):
@@ -122,10 +89,6 @@ def toolkits_page(*, user: User, query: str, cursor: str, limit: int) -> dict[st
     page = rows[:limit]
     next_cursor = keyset.encode(TOOLKIT_CURSOR, [page[-1].title, page[-1].slug]) if len(rows) > limit else None
     return {"items": page, "next_cursor": next_cursor}
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
 
 
 @router.get("/invocations", response={200: InvocationPage, **LIST_ERRORS}, tags=["invocations"])

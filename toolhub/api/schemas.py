@@ -446,9 +446,50 @@ def _events_page(invocation: Invocation, context: dict[str, Any]) -> tuple[list[
     return context[key]
 
 
+class ReadsInvocation(ReadFrom):
+    """The fields every shape of an invocation shares, read the same way (InvocationOut, and the
+    list's lists.InvocationSummary)."""
+
+    @staticmethod
+    def resolve_id(invocation: Invocation) -> str:
+        return str(invocation.id)
+
+    @staticmethod
+    def resolve_toolkit(invocation: Invocation) -> str:
+        return invocation.toolkit.slug
+
+    @staticmethod
+    def resolve_revision(invocation: Invocation) -> int:
+        return invocation.revision.number
+
+    @staticmethod
+    def resolve_error(invocation: Invocation) -> str | None:
+        return invocation.error or None
+
+    @staticmethod
+    def resolve_created_at(invocation: Invocation) -> str:
+        return invocation.created_at.isoformat()
+
+    @staticmethod
+    def resolve_started_at(invocation: Invocation) -> str | None:
+        return _iso(invocation.started_at)
+
+    @staticmethod
+    def resolve_finished_at(invocation: Invocation) -> str | None:
+        return _iso(invocation.finished_at)
+
+    @staticmethod
+    def resolve_limit(invocation: Invocation) -> str | None:
+        return invocation.limit or None
+
+    @staticmethod
+    def resolve_client(invocation: Invocation) -> str | None:
+        return invocation.client.name if invocation.client is not None else None
+
+
 # Read from an Invocation: with (at most) its first EVENTS_PAGE_MAX events; `events_next_after`
 # is the cursor of the rest (GET /invocations/{id}/events?after=), null when they are all here.
-class InvocationOut(ReadFrom):
+class InvocationOut(ReadsInvocation):
     id: str
     toolkit: str
     revision: int
@@ -471,48 +512,12 @@ class InvocationOut(ReadFrom):
     surface: str = "api"
 
     @staticmethod
-    def resolve_id(invocation: Invocation) -> str:
-        return str(invocation.id)
-
-    @staticmethod
-    def resolve_toolkit(invocation: Invocation) -> str:
-        return invocation.toolkit.slug
-
-    @staticmethod
-    def resolve_revision(invocation: Invocation) -> int:
-        return invocation.revision.number
-
-    @staticmethod
-    def resolve_error(invocation: Invocation) -> str | None:
-        return invocation.error or None
-
-    @staticmethod
     def resolve_events(invocation: Invocation, context: dict[str, Any]) -> list[Event]:
         return _events_page(invocation, context)[0]
 
     @staticmethod
     def resolve_events_next_after(invocation: Invocation, context: dict[str, Any]) -> int | None:
         return _events_page(invocation, context)[1]
-
-    @staticmethod
-    def resolve_created_at(invocation: Invocation) -> str:
-        return invocation.created_at.isoformat()
-
-    @staticmethod
-    def resolve_started_at(invocation: Invocation) -> str | None:
-        return _iso(invocation.started_at)
-
-    @staticmethod
-    def resolve_finished_at(invocation: Invocation) -> str | None:
-        return _iso(invocation.finished_at)
-
-    @staticmethod
-    def resolve_limit(invocation: Invocation) -> str | None:
-        return invocation.limit or None
-
-    @staticmethod
-    def resolve_client(invocation: Invocation) -> str | None:
-        return invocation.client.name if invocation.client is not None else None
 
 
 class QueuedOut(Schema):
