@@ -2,7 +2,7 @@
 
 Each toolkit here calls the kernel directly through ctypes, with arguments that succeed (or
 fail with another errno) without the filter, and reports what it got. Runs in bubblewrap as the
-sandbox user through the real runtime; needs what tests/test_sandbox.py needs.
+sandbox user through the real runtime; needs what tests/sandbox/test_isolation.py needs.
 """
 
 from __future__ import annotations

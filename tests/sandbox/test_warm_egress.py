@@ -23,8 +23,8 @@ import pytest
 pytest_plugins = ["tests.sandbox_fixtures"]
 
 from tests.egress_fixtures import TestNetwork, test_network_fixture  # noqa: E402,F401 - the fixture
+from tests.sandbox.test_warm import LIMITS  # noqa: E402
 from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
-from tests.test_sandbox_warm import LIMITS  # noqa: E402
 from toolhub.sandbox.egress import EgressPolicy  # noqa: E402
 from toolhub.sandbox.egress.endpoint import SANDBOX_SOCKET  # noqa: E402
 from toolhub.sandbox.launcher import SandboxOutcome  # noqa: E402

@@ -805,7 +805,7 @@ def test_run_proxy_in_thread_listens_and_cleans_up(socket_dir: Path) -> None:
     handle = run_proxy_in_thread(EgressPolicy(allow_hosts=None, max_bytes=10, max_connections=1), path)
     mode = path.stat().st_mode
     assert stat.S_ISSOCK(mode)
-    # Private: the worker hands it to the run's sandbox uid (tests/test_egress_host.py).
+    # Private: the worker hands it to the run's sandbox uid (tests/egress/test_host.py).
     assert stat.S_IMODE(mode) == 0o600
     status, body = connect_status(handle, "127.0.0.1:6379")
     assert status == 403

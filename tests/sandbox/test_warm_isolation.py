@@ -1,4 +1,4 @@
-"""The hostile suite of tests/test_sandbox.py, unchanged, on warm sandboxes.
+"""The hostile suite of tests/sandbox/test_isolation.py, unchanged, on warm sandboxes.
 
 The test functions are imported from there as they are; only the `run_tool` fixture differs:
 here it runs each toolkit on a warm sandbox of a `WarmPool` (toolhub.sandbox.warm_pool) that lives
@@ -9,7 +9,7 @@ before. Left out, and why:
   `..._only_usr_the_environment...`), and `..._hides_the_settings_the_database_and_etc_shadow`,
   which expects `/proc/1/root/etc/shadow` to be missing: on a warm sandbox pid 1 is the fork
   server, not dumpable, so `/proc/1/root` cannot even be opened (PermissionError instead of
-  FileNotFoundError); tests/test_sandbox_warm.py checks what that changes;
+  FileNotFoundError); tests/sandbox/test_warm.py checks what that changes;
 - the tests of launcher options a warm sandbox does not take (`extra_binds`, another
   `sandbox_user` or `bwrap`), of the launcher's own cgroups and of a worker killed mid-run,
   and the ones that bypass `run_tool` (`run_script`, `run_sandboxed` directly).
@@ -28,8 +28,7 @@ import pytest
 
 pytest_plugins = ["tests.sandbox_fixtures"]
 
-from tests.sandbox_fixtures import require_sandbox, sandbox_processes  # noqa: E402
-from tests.test_sandbox import (  # noqa: E402,F401 - collected here with this module's run_tool
+from tests.sandbox.test_isolation import (  # noqa: E402,F401 - collected here with this module's run_tool
     test_it_cannot_reach_redis_postgresql_or_any_host_port,
     test_it_caps_file_size,
     test_it_caps_tmp_space,
@@ -50,6 +49,7 @@ from tests.test_sandbox import (  # noqa: E402,F401 - collected here with this m
     test_it_streams_events_and_answers_calls_through_the_runtime,
     test_the_host_never_sees_the_symlinks_the_tool_leaves,
 )
+from tests.sandbox_fixtures import require_sandbox, sandbox_processes  # noqa: E402
 from toolhub.sandbox.launcher import Limits, SandboxOutcome  # noqa: E402
 from toolhub.sandbox.uids import UidPool  # noqa: E402
 from toolhub.sandbox.warm_pool import WarmPool  # noqa: E402
@@ -59,7 +59,7 @@ pytestmark = pytest.mark.sandbox
 
 @pytest.fixture(autouse=True)
 def _nothing_survives(warm_pool: WarmPool) -> Iterator[None]:
-    """As in tests/test_sandbox.py, except for the idle warm sandbox itself: its bubblewrap
+    """As in tests/sandbox/test_isolation.py, except for the idle warm sandbox itself: its bubblewrap
     and its fork server, and nothing else."""
     require_sandbox()
     yield
@@ -90,7 +90,7 @@ def warm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmPool]:
 def run_tool(
     tmp_path: Path, sandbox_env: Path, sandbox_runtime: Path, warm_pool: WarmPool
 ) -> Iterator[Callable[..., SandboxOutcome]]:
-    from tests.test_sandbox import SMALL
+    from tests.sandbox.test_isolation import SMALL
 
     def _run(
         source: str,

@@ -2,7 +2,7 @@
 leave for the next call on the same sandbox, whether it can reach the long-lived parent, limits
 per call, and new code on every call.
 
-Needs what tests/test_sandbox.py needs plus the uid pool (scripts/system-setup).
+Needs what tests/sandbox/test_isolation.py needs plus the uid pool (scripts/system-setup).
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ import uuid
 import pytest
 
 from tests.conftest import start_worker
+from tests.egress.test_tools import PROBE, grant, run
 from tests.egress_fixtures import TestNetwork, test_network_fixture  # noqa: F401 - the fixture
 from tests.helpers import bearer_headers
 from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes
-from tests.test_egress_e2e import PROBE, grant, run
 from tests.test_invocations import _sandbox_lines, wait_until
 from toolhub.runs.models import Invocation, RunStatus
 from toolhub.runs.warming import warm_from_history

@@ -1,8 +1,8 @@
-# ruff: noqa: F811 - the fixtures imported from tests/test_sandbox_warm.py
+# ruff: noqa: F811 - the fixtures imported from tests/sandbox/test_warm.py
 """A warm call's process forked ahead (WarmSandbox.prepare, WarmPool.prepare): while a worker
 takes the invocation from the database, the fork server already forks the process its call
 will run in, with nothing of a toolkit in it; the call brings its source. Real sandboxes, as in
-tests/test_sandbox_warm.py: the call runs the source it brings, in the process forked ahead
+tests/sandbox/test_warm.py: the call runs the source it brings, in the process forked ahead
 and in no other; one that no call takes is killed and leaves nothing; a call of another
 environment, or with other limits, never gets it; and the worker forks one for each message.
 """
@@ -18,7 +18,7 @@ import pytest
 
 pytest_plugins = ["tests.sandbox_fixtures"]
 
-from tests.test_sandbox_warm import ECHO, LIMITS, _only_sandbox, _result, call, pool  # noqa: E402,F401 - fixtures
+from tests.sandbox.test_warm import ECHO, LIMITS, _only_sandbox, _result, call, pool  # noqa: E402,F401 - fixtures
 from toolhub.sandbox.warm import WarmSandbox, _Ahead, _descendants  # noqa: E402
 from toolhub.sandbox.warm_pool import WarmPool  # noqa: E402
 

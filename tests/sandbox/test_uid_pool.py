@@ -1,7 +1,7 @@
 """A uid per sandbox (toolhub.sandbox.uids): leases across processes, and two overlapping
 sandboxes of different users that try every channel the kernel keys by uid, for real.
 
-Needs what tests/test_sandbox.py needs plus the pool users `toolhub-sb-0000`.. created by
+Needs what tests/sandbox/test_isolation.py needs plus the pool users `toolhub-sb-0000`.. created by
 scripts/system-setup. Each test leases from its own lock directory; the uids are the host's.
 """
 

@@ -1,0 +1,1 @@
+"""The sandbox: isolation of a cold run, its seccomp filter, the uid pool and warm sandboxes."""
