@@ -60,8 +60,8 @@ run: deps system data
 	@exec $(PY) scripts/serve.py --port $(PORT) --data $(DATA) --setup
 
 # Tests run against $DATABASE_URL / $REDIS_URL when set (CI sets both), else SQLite and
-# the embedded broker. Two pytest processes side by side (scripts/run_tests.py): the tests
-# that use what the host shares (sandboxes, workers, faults) in one, the rest in the other;
+# the embedded broker. Three pytest processes side by side (scripts/run_tests.py): the tests
+# that use what the host shares (sandboxes, workers, faults) in two, the rest in the third;
 # TEST_PARTS=1 runs everything in one.
 test: dev-deps system-test wheelhouse
 	TOOLHUB_DATA_DIR=/tmp/toolhub-test-data $(VENV)/bin/ruff check .

@@ -1,12 +1,19 @@
-"""Run the test suite in two pytest processes side by side (`make test`): the tests that use
-what the whole host shares (sandboxes, Celery workers, injected faults, Redis-wide commands; see
-HOST in tests/conftest.py) one after another in one, everything else in the other. Each part has
-its own test database, Redis database and data directory (toolhub/settings_test.py). The two
-outputs are printed one after the other when both have ended; the exit status is the worse.
+"""Run the test suite in three pytest processes side by side (`make test`):
+
+- `host`: the tests of the sandbox and of egress (tests/sandbox, tests/egress), the others that
+  use the shared sandbox user or the egress test network, and those of host-wide commands (the
+  sweep of a crashed worker's leftovers, Redis's CLIENT KILL);
+- `workers`: the other tests that use what the whole host shares (sandboxes as uids of the pool,
+  Celery workers, injected faults; see HOST in tests/conftest.py), one after another;
+- `rest`: everything else.
+
+Each part has its own test database, Redis database, data directory and range of the sandbox
+uid pool (toolhub/settings_test.py). The outputs are printed one after the other when all have
+ended; the exit status is the worst.
 
     python scripts/run_tests.py [pytest arguments]
 
-With `-m` among the arguments, or TEST_PARTS=1, it is one plain pytest run."""
+With `-m` or a test path among the arguments, or TEST_PARTS=1, it is one plain pytest run."""
 
 from __future__ import annotations
 
@@ -24,17 +31,39 @@ HOST = ("sandbox", "worker", "fault", "host")
 HOST_EXPRESSION = " or ".join(HOST)
 
 
+# The host-wide tests of the `host` part; the `workers` part runs the other host-wide tests.
+SHARED_USER_TESTS = (
+    "tests/sandbox",
+    "tests/egress",
+    "tests/browser/test_egress_browser.py",
+    "tests/test_hardening.py",
+    "tests/test_environments.py",
+    "tests/test_crash_cleanup.py",
+    "tests/test_run_notify.py",
+)
+
+
+def parts() -> dict[str, list[str]]:
+    """Each part's pytest selection."""
+    return {
+        "host": ["-m", HOST_EXPRESSION, *SHARED_USER_TESTS],
+        "workers": ["-m", HOST_EXPRESSION, *(f"--ignore={path}" for path in SHARED_USER_TESTS)],
+        "rest": ["-m", f"not ({HOST_EXPRESSION})"],
+    }
+
+
 def main(arguments: list[str]) -> int:
     pytest = [sys.executable, "-m", "pytest"]
-    if "-m" in arguments or os.environ.get("TEST_PARTS", "2") == "1":
+    paths = [word for word in arguments if not word.startswith("-") and (REPO / word.split("::")[0]).exists()]
+    if "-m" in arguments or paths or os.environ.get("TEST_PARTS", "3") == "1":
         return subprocess.call([*pytest, *arguments], cwd=REPO)
-    parts = {"host": HOST_EXPRESSION, "rest": f"not ({HOST_EXPRESSION})"}
+    selections = parts()
     started = time.monotonic()
     running = {}
-    for name, expression in parts.items():
+    for name, selection in selections.items():
         log = tempfile.TemporaryFile()
         process = subprocess.Popen(
-            [*pytest, "-m", expression, *arguments], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            [*pytest, *selection, *arguments], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
             env=dict(os.environ, TOOLHUB_TEST_PART=name),
         )
         running[name] = (process, log)
@@ -42,12 +71,12 @@ def main(arguments: list[str]) -> int:
     for name, (process, log) in running.items():
         code = process.wait()
         log.seek(0)
-        print(f"\n===== tests: {name} (-m {parts[name]!r}) exited {code} =====", flush=True)
+        print(f"\n===== tests: {name} ({' '.join(selections[name])}) exited {code} =====", flush=True)
         sys.stdout.buffer.write(log.read())
         sys.stdout.flush()
-        # 5: no test collected (a selection that leaves one part empty).
+        # 5: no test collected (a selection that leaves a part empty).
         worst = max(worst, 0 if code == 5 else code)
-    print(f"\n===== tests: both parts ended in {time.monotonic() - started:.0f} s, exit {worst} =====")
+    print(f"\n===== tests: all parts ended in {time.monotonic() - started:.0f} s, exit {worst} =====")
     return worst
 
 

@@ -287,8 +287,8 @@ _SANDBOX_FIXTURES = {"sandbox_env", "sandbox_runtime", "build", "inline_tasks"}
 
 # What the whole host shares: sandboxes (the uid pool, and the checks that no sandbox process
 # survives a test), Celery workers, injected faults, Redis-wide commands (`host`). `make test`
-# (scripts/run_tests.py) runs the tests that use any of it one after another in one pytest
-# process, and the rest in another beside it.
+# (scripts/run_tests.py) runs the tests that use any of it one after another in two pytest
+# processes, each with a uid range of its own, and the rest in a third beside them.
 _HOST_WIDE = ("sandbox", "worker", "fault", "host")
 
 

@@ -10,8 +10,11 @@ turns the skip into a failure so that a CI machine without bubblewrap cannot pas
   when there is one (`$TOOLHUB_WHEELHOUSE`, `$TOOLHUB_DATA_DIR/wheelhouse`, `.data/wheelhouse`).
 - `sandbox_data_dir`: a 0755 data directory under /tmp for the session.
 - `sandbox_runtime`: the real runtime (toolhub/runtime) copied there by `ensure_runtime_copy`.
-- `sandbox_processes()`: the processes the sandbox users (the shared one and the uid pool's)
-  own right now.
+- `sandbox_processes()`: the processes the sandbox users (the shared one and this test run's
+  range of the uid pool) own right now.
+- `POOL_FIRST`: the first user of this test run's range of the uid pool: the suite's parts
+  (scripts/run_tests.py) each take a range of their own (toolhub/settings_test.py), so a pool a
+  test builds for itself must start there too.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from toolhub.sandbox import launcher as sandbox
 from toolhub.sandbox import uids
@@ -34,6 +38,10 @@ from toolhub.sandbox import uids
 REPO = Path(__file__).resolve().parent.parent
 SANDBOX_USER = sandbox.DEFAULT_SANDBOX_USER
 POOL_PREFIX = uids.DEFAULT_PREFIX
+POOL_FIRST: int = settings.TOOLHUB_SANDBOX_UID_FIRST
+# Only the part that runs the tests of the shared sandbox user looks for its processes (the
+# `workers` part runs every sandbox as a pool uid of its own range).
+_SHARED_USER_HERE = os.environ.get("TOOLHUB_TEST_PART") != "workers"
 INTERPRETER = Path("/usr/bin/python3.11")
 UV = REPO / ".venv" / "bin" / "uv"
 
@@ -66,9 +74,11 @@ def require_sandbox() -> None:
 
 
 def sandbox_user_names() -> list[str]:
-    """The shared sandbox user and every user of the uid pool that exists on this machine."""
-    names = [SANDBOX_USER]
-    names += sorted(entry.pw_name for entry in pwd.getpwall() if entry.pw_name.startswith(POOL_PREFIX))
+    """The shared sandbox user (where this part runs its tests) and the users of this test run's
+    range of the uid pool that exist on this machine."""
+    names = [SANDBOX_USER] if _SHARED_USER_HERE else []
+    first, size = POOL_FIRST, max(settings.TOOLHUB_SANDBOX_UIDS, 16)
+    names += [f"{POOL_PREFIX}{number:04d}" for number in range(first, first + size)]
     return [name for name in names if _exists(name)]
 
 

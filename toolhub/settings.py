@@ -337,6 +337,9 @@ TOOLHUB_SANDBOX_USER = env.str("TOOLHUB_SANDBOX_USER", default="toolhub-sandbox"
 # Sandboxes run as uids leased from a pool of this many users (toolhub-sb-0000...), created by
 # scripts/system-setup with the same variable; 0 runs every sandbox as TOOLHUB_SANDBOX_USER.
 TOOLHUB_SANDBOX_UIDS = env.int("TOOLHUB_SANDBOX_UIDS", default=16)
+# The number of the pool's first user (toolhub-sb-<first>...): two ToolHubs on one host (or the
+# test suite's parts) each take a range of their own.
+TOOLHUB_SANDBOX_UID_FIRST = env.int("TOOLHUB_SANDBOX_UID_FIRST", default=0)
 # Warm sandboxes (toolhub/sandbox/warm.py): how many idle ones each worker process keeps per
 # environment (0: every call starts a cold sandbox), how long an idle one lives, and after how
 # many calls or seconds one is retired. Every call runs in a process of its own and is cleaned

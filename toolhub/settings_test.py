@@ -11,19 +11,25 @@ os.environ.setdefault("TOOLHUB_TESTING", "1")
 os.environ.setdefault("TOOLHUB_DATA_DIR", "/tmp/toolhub-test-data")
 
 
-_PARTS = {"host": 0, "rest": 1}
+# A part of a test run beside others (scripts/run_tests.py sets TOOLHUB_TEST_PART): its number
+# picks its Redis database, and the first user of its range of the sandbox uid pool (16 each;
+# `scripts/system-setup test` makes 32), so that its pool leases and survivor checks never meet
+# another part's sandboxes.
+_PARTS = {"host": 0, "rest": 1, "workers": 2}
+_UID_FIRST = {"workers": 16}
 
 
 def _own_part(part: str) -> None:
-    """A part of a test run beside another (scripts/run_tests.py sets TOOLHUB_TEST_PART) gets a
-    data directory and a Redis database of its own (and a test database, below), so a Celery
-    worker one of them starts never takes the other's messages. Applied once: the workers and
-    servers a test starts inherit the environment, and these settings, already shifted."""
+    """A part gets a data directory, a Redis database and a range of sandbox uids of its own
+    (and a test database, below), so a Celery worker one of them starts never takes another's
+    messages. Applied once: the workers and servers a test starts inherit the environment, and
+    these settings, already shifted."""
     if part not in _PARTS or os.environ.get("TOOLHUB_TEST_PART_APPLIED") == part:
         return
     os.environ["TOOLHUB_TEST_PART_APPLIED"] = part
     number = _PARTS[part]
     os.environ["TOOLHUB_DATA_DIR"] = f"{os.environ['TOOLHUB_DATA_DIR'].rstrip('/')}-{part}"
+    os.environ["TOOLHUB_SANDBOX_UID_FIRST"] = str(_UID_FIRST.get(part, 0))
     redis_url = os.environ.get("REDIS_URL", "")
     if redis_url:
         base, _, db = redis_url.rpartition("/")

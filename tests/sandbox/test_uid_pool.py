@@ -24,7 +24,7 @@ import pytest
 
 pytest_plugins = ["tests.sandbox_fixtures"]
 
-from tests.sandbox_fixtures import REPO, SANDBOX_USER, require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
+from tests.sandbox_fixtures import POOL_FIRST, REPO, SANDBOX_USER, require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
 from toolhub.sandbox.launcher import Limits, SandboxOutcome, SandboxUnavailable, run_sandboxed  # noqa: E402
 from toolhub.sandbox.uids import UidPool, uids_with_processes  # noqa: E402
 
@@ -37,7 +37,7 @@ LIMITS = Limits(cpu_seconds=5, wall_seconds=20, memory_bytes=512 << 20, processe
 def _nothing_survives():
     require_sandbox()
     try:
-        UidPool(size=2, lock_dir=Path("/nonexistent")).users()
+        UidPool(first=POOL_FIRST, size=2, lock_dir=Path("/nonexistent")).users()
     except SandboxUnavailable as exc:
         if os.environ.get("TOOLHUB_REQUIRE_SANDBOX") == "1":
             pytest.fail(str(exc))
@@ -47,16 +47,21 @@ def _nothing_survives():
     assert left == [], f"processes of the sandbox users survived the test: {left}"
 
 
+def _pool_name(index: int) -> str:
+    """The name of this test run's `index`th pool user (its range starts at POOL_FIRST)."""
+    return f"toolhub-sb-{POOL_FIRST + index:04d}"
+
+
 @pytest.fixture
 def pool(tmp_path: Path) -> UidPool:
-    return UidPool(size=4, lock_dir=tmp_path / "uid-locks", lease_timeout=30)
+    return UidPool(first=POOL_FIRST, size=4, lock_dir=tmp_path / "uid-locks", lease_timeout=30)
 
 
 HOLDER = """
 import sys
 from pathlib import Path
 from toolhub.sandbox.uids import UidPool
-pool = UidPool(size=int(sys.argv[2]), lock_dir=Path(sys.argv[1]), lease_timeout=30)
+pool = UidPool(first=int(sys.argv[3]), size=int(sys.argv[2]), lock_dir=Path(sys.argv[1]), lease_timeout=30)
 with pool.lease() as user:
     print(user.name, flush=True)
     sys.stdin.read()
@@ -66,7 +71,7 @@ with pool.lease() as user:
 def _holder(pool: UidPool) -> tuple[subprocess.Popen, str]:
     """Another process that leases a uid from the same pool and holds it until stdin closes."""
     process = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(pool.lock_dir), str(pool.size)],
+        [sys.executable, "-c", HOLDER, str(pool.lock_dir), str(pool.size), str(pool.first)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -77,14 +82,14 @@ def _holder(pool: UidPool) -> tuple[subprocess.Popen, str]:
 
 
 def test_leases_are_exclusive_across_processes_and_end_with_their_holder(pool: UidPool) -> None:
-    small = UidPool(size=2, lock_dir=pool.lock_dir, lease_timeout=30)
+    small = UidPool(first=POOL_FIRST, size=2, lock_dir=pool.lock_dir, lease_timeout=30)
     first, first_name = _holder(small)
     try:
         with small.lease() as mine:
             assert mine.name != first_name
-            assert {mine.name, first_name} == {"toolhub-sb-0000", "toolhub-sb-0001"}
+            assert {mine.name, first_name} == {_pool_name(0), _pool_name(1)}
             # Both are taken: a third lease waits, then says why.
-            hurried = UidPool(size=2, lock_dir=pool.lock_dir, lease_timeout=0.3)
+            hurried = UidPool(first=POOL_FIRST, size=2, lock_dir=pool.lock_dir, lease_timeout=0.3)
             started = time.monotonic()
             with pytest.raises(SandboxUnavailable, match="TOOLHUB_SANDBOX_UIDS"):
                 with hurried.lease():
@@ -96,15 +101,15 @@ def test_leases_are_exclusive_across_processes_and_end_with_their_holder(pool: U
         names = set()
         with small.lease() as one, small.lease() as two:
             names = {one.name, two.name}
-        assert names == {"toolhub-sb-0000", "toolhub-sb-0001"}
+        assert names == {_pool_name(0), _pool_name(1)}
     finally:
         first.kill()
         first.wait()
 
 
 def test_a_uid_that_still_has_a_process_is_not_leased(pool: UidPool) -> None:
-    single = UidPool(size=1, lock_dir=pool.lock_dir, lease_timeout=0.3)
-    user = pwd.getpwnam("toolhub-sb-0000")
+    single = UidPool(first=POOL_FIRST, size=1, lock_dir=pool.lock_dir, lease_timeout=0.3)
+    user = pwd.getpwnam(_pool_name(0))
     leftover = subprocess.Popen(["/usr/bin/sleep", "30"], user=user.pw_uid, group=user.pw_gid, extra_groups=[])
     try:
         deadline = time.monotonic() + 5
@@ -116,7 +121,7 @@ def test_a_uid_that_still_has_a_process_is_not_leased(pool: UidPool) -> None:
     finally:
         leftover.kill()
         leftover.wait()
-    with UidPool(size=1, lock_dir=pool.lock_dir, lease_timeout=30).lease() as leased:
+    with UidPool(first=POOL_FIRST, size=1, lock_dir=pool.lock_dir, lease_timeout=30).lease() as leased:
         assert leased.uid == user.pw_uid
 
 
@@ -140,8 +145,8 @@ def _gone(pid: int, timeout: float = 5.0) -> bool:
 
 
 def test_a_process_no_lease_holds_is_killed_and_its_uid_leased_again(pool: UidPool) -> None:
-    single = UidPool(size=1, lock_dir=pool.lock_dir, lease_timeout=10)
-    user = pwd.getpwnam("toolhub-sb-0000")
+    single = UidPool(first=POOL_FIRST, size=1, lock_dir=pool.lock_dir, lease_timeout=10)
+    user = pwd.getpwnam(_pool_name(0))
     orphan = _orphan_of(user)
     try:
         with single.lease() as leased:
@@ -153,9 +158,9 @@ def test_a_process_no_lease_holds_is_killed_and_its_uid_leased_again(pool: UidPo
 
 
 def test_a_sweep_kills_what_no_lease_holds_and_spares_a_held_uid(pool: UidPool) -> None:
-    two = UidPool(size=2, lock_dir=pool.lock_dir, lease_timeout=10)
-    first, second = pwd.getpwnam("toolhub-sb-0000"), pwd.getpwnam("toolhub-sb-0001")
-    held = UidPool(size=1, lock_dir=pool.lock_dir).acquire()
+    two = UidPool(first=POOL_FIRST, size=2, lock_dir=pool.lock_dir, lease_timeout=10)
+    first, second = pwd.getpwnam(_pool_name(0)), pwd.getpwnam(_pool_name(1))
+    held = UidPool(first=POOL_FIRST, size=1, lock_dir=pool.lock_dir).acquire()
     assert held.user.uid == first.pw_uid
     orphans = [_orphan_of(first), _orphan_of(second)]
     try:
@@ -177,7 +182,7 @@ def test_a_sweep_kills_what_no_lease_holds_and_spares_a_held_uid(pool: UidPool) 
 
 def test_a_pool_with_missing_users_says_how_to_create_them(tmp_path: Path) -> None:
     with pytest.raises(SandboxUnavailable, match="scripts/system-setup"):
-        UidPool(size=2, prefix="toolhub-no-such-user-", lock_dir=tmp_path).check()
+        UidPool(first=POOL_FIRST, size=2, prefix="toolhub-no-such-user-", lock_dir=tmp_path).check()
 
 
 def test_the_lock_directory_is_roots_alone(pool: UidPool) -> None:
@@ -319,7 +324,7 @@ def test_two_overlapping_runs_of_different_users_cannot_pass_anything(run_in_poo
 
     after = _result(run_in_pool(LEAKER, on_message=on_message))
     a, b = seen["a"], seen["b"]
-    pool_uids = {pwd.getpwnam(f"toolhub-sb-{i:04d}").pw_uid for i in range(4)}
+    pool_uids = {pwd.getpwnam(_pool_name(i)).pw_uid for i in range(4)}
     # Each ran as a pool uid of its own, not the shared sandbox user.
     assert a["uid"] in pool_uids and b["uid"] in pool_uids and a["uid"] != b["uid"]
     assert pwd.getpwnam(SANDBOX_USER).pw_uid not in (a["uid"], b["uid"])
@@ -396,8 +401,9 @@ def test_the_worker_glue_leases_from_the_configured_pool(settings, tmp_path: Pat
     from toolhub.toolkits import sandboxing as glue
 
     settings.TOOLHUB_SANDBOX_UIDS = 3
+    settings.TOOLHUB_SANDBOX_UID_FIRST = 7
     settings.TOOLHUB_SANDBOX_UID_LOCK_DIR = str(tmp_path / "locks")
     configured = glue.uid_pool()
-    assert configured is not None and configured.names() == ["toolhub-sb-0000", "toolhub-sb-0001", "toolhub-sb-0002"]
+    assert configured is not None and configured.names() == ["toolhub-sb-0007", "toolhub-sb-0008", "toolhub-sb-0009"]
     settings.TOOLHUB_SANDBOX_UIDS = 0
     assert glue.uid_pool() is None

@@ -23,7 +23,7 @@ import pytest
 
 pytest_plugins = ["tests.sandbox_fixtures"]
 
-from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
+from tests.sandbox_fixtures import POOL_FIRST, REPO, require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
 from toolhub.sandbox.launcher import Limits, SandboxOutcome  # noqa: E402
 from toolhub.sandbox.uids import UidPool, uids_with_processes  # noqa: E402
 from toolhub.sandbox.warm import WarmSandbox  # noqa: E402
@@ -49,7 +49,7 @@ LIMITS = Limits(
 @pytest.fixture
 def pool(tmp_path: Path) -> Iterator[WarmPool]:
     require_sandbox()
-    warm = WarmPool(size=1, uid_pool=UidPool(size=4, lock_dir=tmp_path / "uid-locks"))
+    warm = WarmPool(size=1, uid_pool=UidPool(first=POOL_FIRST, size=4, lock_dir=tmp_path / "uid-locks"))
     yield warm
     warm.close()
     left = wait_for_no_sandbox_processes()
@@ -533,7 +533,7 @@ def test_the_memory_budget_holds_for_every_pool_of_the_host(
     tmp_path: Path, sandbox_env: Path, sandbox_runtime: Path
 ) -> None:
     require_sandbox()
-    uids = UidPool(size=4, lock_dir=tmp_path / "uid-locks")
+    uids = UidPool(first=POOL_FIRST, size=4, lock_dir=tmp_path / "uid-locks")
     probe = WarmPool(size=1, uid_pool=uids)
     try:
         probe.warm(interpreter_env=sandbox_env, runtime_dir=sandbox_runtime, limits=LIMITS)
@@ -570,7 +570,7 @@ def test_the_memory_budget_holds_for_every_pool_of_the_host(
         [sys.executable, "-c", "import sys; from pathlib import Path; from toolhub.sandbox.warm_budget import MemoryBudget; "
          "assert MemoryBudget(limit_bytes=1 << 30, directory=Path(sys.argv[1])).reserve(5 << 20); import os; os._exit(0)",
          str(tmp_path / "budget")],
-        check=True, cwd=Path(__file__).resolve().parents[1],
+        check=True, cwd=REPO,
     )
     assert budget.used() == 0
 
@@ -582,7 +582,7 @@ def test_a_pool_gives_up_its_own_idle_sandbox_s_uid_before_waiting_for_another_s
     sandboxes of two worker processes, a third environment in one of them must not wait for
     the other's uid (and fail after the lease time-out); it stops its own idle sandbox."""
     require_sandbox()
-    uids = UidPool(size=2, lock_dir=tmp_path / "uid-locks", lease_timeout=30)
+    uids = UidPool(first=POOL_FIRST, size=2, lock_dir=tmp_path / "uid-locks", lease_timeout=30)
     first, second = WarmPool(size=1, uid_pool=uids), WarmPool(size=1, uid_pool=uids)
     limits = [replace(LIMITS, memory_bytes=(256 + 64 * n) << 20) for n in range(3)]
     try:

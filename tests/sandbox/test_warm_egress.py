@@ -24,7 +24,7 @@ pytest_plugins = ["tests.sandbox_fixtures"]
 
 from tests.egress_fixtures import TestNetwork, test_network_fixture  # noqa: E402,F401 - the fixture
 from tests.sandbox.test_warm import LIMITS  # noqa: E402
-from tests.sandbox_fixtures import require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
+from tests.sandbox_fixtures import POOL_FIRST, require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
 from toolhub.sandbox.egress import EgressPolicy  # noqa: E402
 from toolhub.sandbox.egress.endpoint import SANDBOX_SOCKET  # noqa: E402
 from toolhub.sandbox.launcher import SandboxOutcome  # noqa: E402
@@ -63,7 +63,7 @@ def _proxy_threads() -> list[threading.Thread]:
 def pool(tmp_path: Path) -> Iterator[WarmPool]:
     require_sandbox()
     threads_before = set(_proxy_threads())
-    warm = WarmPool(size=1, uid_pool=UidPool(size=4, lock_dir=tmp_path / "uid-locks"))
+    warm = WarmPool(size=1, uid_pool=UidPool(first=POOL_FIRST, size=4, lock_dir=tmp_path / "uid-locks"))
     yield warm
     warm.close()
     left = wait_for_no_sandbox_processes()

@@ -49,7 +49,7 @@ from tests.sandbox.test_isolation import (  # noqa: E402,F401 - collected here w
     test_it_streams_events_and_answers_calls_through_the_runtime,
     test_the_host_never_sees_the_symlinks_the_tool_leaves,
 )
-from tests.sandbox_fixtures import require_sandbox, sandbox_processes  # noqa: E402
+from tests.sandbox_fixtures import POOL_FIRST, require_sandbox, sandbox_processes  # noqa: E402
 from toolhub.sandbox.launcher import Limits, SandboxOutcome  # noqa: E402
 from toolhub.sandbox.uids import UidPool  # noqa: E402
 from toolhub.sandbox.warm_pool import WarmPool  # noqa: E402
@@ -81,7 +81,7 @@ def _nothing_survives(warm_pool: WarmPool) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def warm_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WarmPool]:
-    pool = WarmPool(size=1, uid_pool=UidPool(size=4, lock_dir=tmp_path_factory.mktemp("uid-locks")))
+    pool = WarmPool(size=1, uid_pool=UidPool(first=POOL_FIRST, size=4, lock_dir=tmp_path_factory.mktemp("uid-locks")))
     yield pool
     pool.close()
 

@@ -6,8 +6,10 @@ whom, which ``/proc/<pid>`` entries may be read. With every sandbox running as t
 run by one user could reach a concurrent run by another through any of them. So each sandbox
 runs as a uid of its own, leased from a pool for the length of the run and given back after it.
 
-The pool is the users ``<prefix>0000`` .. ``<prefix><size-1>`` (``toolhub-sb-0000``...), each
-with its own group, created by ``scripts/system-setup`` (``TOOLHUB_SANDBOX_UIDS`` users). A
+The pool is the users ``<prefix><first>`` .. ``<prefix><first+size-1>`` (``toolhub-sb-0000``...),
+each with its own group, created by ``scripts/system-setup`` (``TOOLHUB_SANDBOX_UIDS`` users from
+``TOOLHUB_SANDBOX_UID_FIRST``). Two pools on one host with ranges that do not overlap never
+touch each other's uids (the test suite's parts run that way). A
 lease is an exclusive ``flock`` on ``<lock_dir>/<user>.lock``: it holds across every worker
 process and thread of the host (each lease opens the file anew, and ``flock`` locks belong to
 the open file), and the kernel drops it when its holder dies, so a crashed worker leaks nothing.
@@ -79,17 +81,21 @@ class UidPool:
         size: int,
         lock_dir: Path,
         prefix: str = DEFAULT_PREFIX,
+        first: int = 0,
         lease_timeout: float = 30.0,
     ) -> None:
         if size < 1:
             raise ValueError("a uid pool needs at least one user")
+        if first < 0:
+            raise ValueError("a uid pool's first user number cannot be negative")
         self.size = size
+        self.first = first
         self.prefix = prefix
         self.lock_dir = Path(lock_dir)
         self.lease_timeout = lease_timeout
 
     def names(self) -> list[str]:
-        return [f"{self.prefix}{index:04d}" for index in range(self.size)]
+        return [f"{self.prefix}{index:04d}" for index in range(self.first, self.first + self.size)]
 
     def users(self) -> list[SandboxUser]:
         """Every user of the pool; ``SandboxUnavailable`` if one is missing or privileged."""
@@ -107,7 +113,7 @@ class UidPool:
         if missing:
             raise SandboxUnavailable(
                 f"{len(missing)} of the {self.size} sandbox users are missing (first: {missing[0]!r}). "
-                f"Create them with `TOOLHUB_SANDBOX_UIDS={self.size} scripts/system-setup`."
+                f"Create them with `TOOLHUB_SANDBOX_UIDS={self.size} TOOLHUB_SANDBOX_UID_FIRST={self.first} scripts/system-setup`."
             )
         if len({user.uid for user in found}) != len(found) or len({user.gid for user in found}) != len(found):
             raise SandboxUnavailable("the sandbox users must each have a uid and a group of their own")

@@ -57,7 +57,11 @@ def uid_pool() -> UidPool | None:
     """The host's pool of sandbox uids, or None when TOOLHUB_SANDBOX_UIDS is 0."""
     if settings.TOOLHUB_SANDBOX_UIDS <= 0:
         return None
-    return UidPool(size=settings.TOOLHUB_SANDBOX_UIDS, lock_dir=Path(settings.TOOLHUB_SANDBOX_UID_LOCK_DIR))
+    return UidPool(
+        size=settings.TOOLHUB_SANDBOX_UIDS,
+        first=settings.TOOLHUB_SANDBOX_UID_FIRST,
+        lock_dir=Path(settings.TOOLHUB_SANDBOX_UID_LOCK_DIR),
+    )
 
 
 _runtime_copies: dict[Path, Path] = {}
