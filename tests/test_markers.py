@@ -46,6 +46,34 @@ def test_the_runner_sets_apart_the_tests_the_conftest_says_share_the_host():
     assert runner["HOST_EXPRESSION"] == "sandbox or worker or fault or host"
 
 
+def test_the_runner_s_parts_name_paths_that_exist_and_take_every_test_once():
+    import runpy
+
+    runner = runpy.run_path(str(ROOT / "scripts" / "run_tests.py"))
+    # A renamed module left out of SHARED_USER_TESTS would move its tests to the `workers` part,
+    # whose survivor checks do not look at the shared sandbox user.
+    missing = [path for path in runner["SHARED_USER_TESTS"] if not (ROOT / path).exists()]
+    assert missing == []
+    parts = runner["parts"]()
+    assert set(parts) == {"host", "workers", "rest"}
+    host, workers, rest = parts["host"], parts["workers"], parts["rest"]
+    # The host-wide tests inside the shared-user paths, those outside them, and everything else.
+    assert host[:2] == workers[:2] == ["-m", runner["HOST_EXPRESSION"]]
+    assert host[2:] == list(runner["SHARED_USER_TESTS"])
+    assert workers[2:] == [f"--ignore={path}" for path in runner["SHARED_USER_TESTS"]]
+    assert rest == ["-m", f"not ({runner['HOST_EXPRESSION']})"]
+
+
+def test_each_part_takes_a_range_of_the_uid_pool_of_its_own():
+    from toolhub import settings_test
+
+    ranges = {part: settings_test._UID_FIRST.get(part, 0) for part in ("host", "workers")}
+    # 16 users each (scripts/system-setup test makes 32); the ranges must not overlap.
+    assert abs(ranges["host"] - ranges["workers"]) >= 16
+    assert set(settings_test._PARTS) == {"host", "workers", "rest"}
+    assert len(set(settings_test._PARTS.values())) == 3
+
+
 @pytest.mark.sandbox
 def test_a_sandbox_test_may_start_bubblewrap(request):
     subprocess.run(["bwrap", "--version"], capture_output=True, check=False)
