@@ -180,12 +180,15 @@ class Scratch:
 class Worker:
     """A real Celery worker process on the scratch database and data directory."""
 
-    def __init__(self, scratch: Scratch, concurrency: int, *, warm: bool = False) -> None:
-        self.log = scratch.dir / f"worker-{uuid.uuid4().hex[:6]}.log"
+    def __init__(self, scratch: Scratch, concurrency: int, *, warm: bool = False, cpus: str | None = None) -> None:
+        """`cpus`: pin the worker and its pool (and sandboxes) to these cores with `taskset -c`."""
+        name = uuid.uuid4().hex[:6]
+        self.log = scratch.dir / f"worker-{name}.log"
         env = dict(os.environ, TOOLHUB_SANDBOX_WARM="1" if warm else "0")
+        pinned = ["taskset", "-c", cpus] if cpus is not None else []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", "sandbox,builds,celery",
-             "-c", str(concurrency), "-l", "info", "-n", f"bench-{os.getpid()}-{concurrency}-{int(warm)}@%h",
+            [*pinned, sys.executable, "-m", "celery", "-A", "toolhub", "worker", "-Q", "sandbox,builds,celery",
+             "-c", str(concurrency), "-l", "info", "-n", f"bench-{os.getpid()}-{name}@%h",
              "--without-heartbeat", "--without-gossip", "--without-mingle"],
             cwd=REPO, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -5,7 +5,7 @@ handshake-era session and on a 2026-07-28 stateless connection), against one uvi
 process (as `make run` starts it) and one real Celery worker of concurrency 2 with warm
 sandboxes; beside them, in the same rounds, a bare `python3.11 -I -S -c pass` (the baseline).
 
-    .venv/bin/python bench/serve.py [--runs N] [--burst N] [--connections C] [--port P]
+    .venv/bin/python bench/serve.py [--runs N] [--burst N] [--connections C] [--port P] [--pinned]
 
 The paths and the bare start are called round robin (one of each per round) so that the
 shared machine's changing load weighs on every row alike. Rows: p50 and p95 over N rounds
@@ -101,8 +101,11 @@ async def measure(url: str, token: str, slug: str, runs: int) -> list[tuple[str,
                 Client(streamable_http_client(f"{url}/mcp/{slug}", http_client=mcp_http), mode=mode))
 
         async def api() -> None:
+            sent = time.time()
             response = await http.post(f"{url}/api/v1/toolkits/{slug}/tools/echo/invoke", json={"arguments": base.ARGUMENTS, "wait": True})
+            received = time.time()
             _check(response.status_code == 200 and response.json()["status"] == "succeeded", "API", response.text)
+            stamps.append((sent, response.json(), received))
 
         async def openapi() -> None:
             response = await http.post(f"{url}/openapi/{slug}/echo", json=base.ARGUMENTS)
@@ -123,12 +126,41 @@ async def measure(url: str, token: str, slug: str, runs: int) -> list[tuple[str,
                  (BARE, bare)]
         times: dict[str, list[float]] = {name: [] for name, _call in paths}
         for round_ in range(runs + 2):
+            if round_ == 2:
+                stamps.clear()
             for name, call in paths:
                 started = time.perf_counter()
                 await call()
                 if round_ >= 2:
                     times[name].append(time.perf_counter() - started)
         return [(name, times[name]) for name, _call in paths]
+
+
+# (client's wall clock at sending, the answer, client's wall clock at receiving) of each API call
+# of the measured rounds.
+stamps: list[tuple[float, dict, float]] = []
+
+STAGES = (
+    ("HTTP, ASGI, middleware, the view up to the new row", "sent", "created_at"),
+    ("insert, commit, enqueue, broker, the worker's claim", "created_at", "started_at"),
+    ("in the worker: the warm sandbox's call, the result stored", "started_at", "finished_at"),
+    ("notice, the wait's wake-up, the answer over HTTP", "finished_at", "received"),
+)
+
+
+def stages() -> list[tuple[str, list[float]]]:
+    """Where an API call's time goes, from its own timestamps (the row's `created_at`, the
+    worker's claim `started_at`, `finished_at`) and the client's clock on the same host."""
+    from datetime import datetime
+
+    rows: dict[str, list[float]] = {name: [] for name, _start, _end in STAGES}
+    for sent, answer, received in stamps:
+        moments = {"sent": sent, "received": received}
+        for field in ("created_at", "started_at", "finished_at"):
+            moments[field] = datetime.fromisoformat(answer[field]).timestamp()
+        for name, start, end in STAGES:
+            rows[name].append(moments[end] - moments[start])
+    return list(rows.items())
 
 
 async def burst(url: str, token: str, slug: str, calls: int, connections: int) -> float:
@@ -174,6 +206,8 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=200, help="calls sent at once in the burst (default 200; 0: none)")
     parser.add_argument("--connections", type=int, default=8, help="client connections of the burst (default 8)")
     parser.add_argument("--port", type=int, default=21390, help="port of the scratch server (default 21390)")
+    parser.add_argument("--pinned", action="store_true",
+                        help="then the burst again with 2 worker processes of concurrency 1, each pinned to a core of its own with taskset")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory (the server's and worker's logs)")
     args = parser.parse_args()
 
@@ -211,6 +245,12 @@ def main() -> None:
         for name, times in rows:
             p50, p95 = p50s[name], base._percentile(times, 0.95)
             print(f"| {name:<36} | {p50 * 1000:8.1f} | {p95 * 1000:8.1f} | {p50 / bare:10.2f} | {p50 / api:9.2f} |")
+        print(f"\nWhere an API call's time goes ({len(stamps)} calls; from the answer's timestamps and the"
+              f" client's clock; the stages' p50s need not add up to the call's)\n")
+        print(f"| {'stage':<58} | {'p50 ms':>8} | {'p95 ms':>8} |")
+        print(f"| {'-' * 58} | {'-' * 8}:| {'-' * 8}:|")
+        for name, spans in stages():
+            print(f"| {name:<58} | {base._percentile(spans, 0.5) * 1000:8.2f} | {base._percentile(spans, 0.95) * 1000:8.2f} |")
         mcp = p50s["MCP tools/call (2025 session)"]
         print(f"\nTargets: API p50 / bare {api / bare:.2f} (<= {TARGET_BARE_RATIO}: "
               f"{'met' if api / bare <= TARGET_BARE_RATIO else 'missed'}); MCP (session) p50 / API {mcp / api:.2f} "
@@ -232,6 +272,20 @@ def main() -> None:
             total = sum(cpu for role, cpu in spent.items() if role != drain_cpu.ROLES[6]) * 1000 / args.burst
             print(f"| {'ToolHub, PostgreSQL, Redis and the bench':<42} | {total:15.2f} |")
             print(f"\nOn {os.cpu_count()} cores that CPU allows {os.cpu_count() * 1000 / total:.1f} calls/s.")
+        if args.burst and args.pinned:
+            # The shape of a second worker host: two worker processes, each on a core of its own
+            # (the web server, PostgreSQL and Redis still share both).
+            worker.stop()
+            worker = None
+            pinned = [base.Worker(scratch, 1, warm=True, cpus=str(core % os.cpu_count())) for core in range(2)]
+            try:
+                asyncio.run(burst(server.url, raw, toolkit.slug, 20, args.connections))  # each worker warms up
+                seconds = asyncio.run(burst(server.url, raw, toolkit.slug, args.burst, args.connections))
+            finally:
+                for each in pinned:
+                    each.stop()
+            print(f"\nBurst with 2 pinned worker processes (taskset -c 0 and -c 1, concurrency 1 each): "
+                  f"{seconds:.2f} s, {args.burst / seconds:.1f} calls/s")
     finally:
         if server is not None:
             server.stop()

@@ -332,7 +332,7 @@ def test_a_tool_server_call_whose_wait_breaks_answers_with_the_invocation(postgr
 
 @pytest.mark.sandbox
 @pytest.mark.django_db(transaction=True)
-def test_tool_server_calls_while_the_database_is_away_get_a_json_503_and_the_next_request_heals(
+def test_tool_server_calls_while_the_database_is_away_get_a_json_503_and_the_server_heals_once_it_is_back(
     postgres, upload, build, alice, tmp_path
 ):
     toolkit = build(upload(alice, SLOW))
@@ -353,12 +353,20 @@ def test_tool_server_calls_while_the_database_is_away_get_a_json_503_and_the_nex
         mcp_away = httpx.post(f"{server.url}/mcp/{toolkit.slug}", json=initialize, timeout=30,
                               headers={**headers, "Accept": "application/json, text/event-stream"})
         proxy.restore()
-        back = httpx.get(document, headers=headers, timeout=30)
+        # The pool reconnects on its own backoff (psycopg_pool: 1 s, then about 2 s, ...), so how
+        # soon depends on how long the cut lasted; until then a request is refused as above.
+        meanwhile = []
+        deadline = time.monotonic() + 15
+        while (back := httpx.get(document, headers=headers, timeout=30)).status_code != 200:
+            meanwhile.append(back)
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
     finally:
         server.kill()
         proxy.close()
 
-    for answer in (away, mcp_away):
+    for answer in (away, mcp_away, *meanwhile):
         assert answer.status_code == 503, (answer.status_code, answer.text[:300], server.output()[-2000:])
         assert answer.headers["content-type"].startswith("application/json") and answer.headers["Retry-After"] == "1"
         [error] = answer.json()["errors"]

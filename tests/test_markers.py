@@ -50,17 +50,17 @@ def test_the_runner_s_parts_name_paths_that_exist_and_take_every_test_once():
     import runpy
 
     runner = runpy.run_path(str(ROOT / "scripts" / "run_tests.py"))
-    # A renamed module left out of SHARED_USER_TESTS would move its tests to the `workers` part,
+    # A renamed module left out of HOST_PART_TESTS would move its tests to the `workers` part,
     # whose survivor checks do not look at the shared sandbox user.
-    missing = [path for path in runner["SHARED_USER_TESTS"] if not (ROOT / path).exists()]
+    missing = [path for path in runner["HOST_PART_TESTS"] if not (ROOT / path).exists()]
     assert missing == []
     parts = runner["parts"]()
     assert set(parts) == {"host", "workers", "rest"}
     host, workers, rest = parts["host"], parts["workers"], parts["rest"]
     # The host-wide tests inside the shared-user paths, those outside them, and everything else.
     assert host[:2] == workers[:2] == ["-m", runner["HOST_EXPRESSION"]]
-    assert host[2:] == list(runner["SHARED_USER_TESTS"])
-    assert workers[2:] == [f"--ignore={path}" for path in runner["SHARED_USER_TESTS"]]
+    assert host[2:] == list(runner["HOST_PART_TESTS"])
+    assert workers[2:] == [f"--ignore={path}" for path in runner["HOST_PART_TESTS"]]
     assert rest == ["-m", f"not ({runner['HOST_EXPRESSION']})"]
 
 
