@@ -3,7 +3,7 @@
 - `host`: the tests of the sandbox and of egress (tests/sandbox, tests/egress), the others that
   use the shared sandbox user or the egress test network, those of host-wide commands (the
   sweep of a crashed worker's leftovers, Redis's CLIENT KILL), and, so that the two host-wide
-  parts take about as long, the browser tests and the API's fuzzing;
+  parts take about as long, the browser tests, the API's fuzzing and the live serving tests;
 - `workers`: the other tests that use what the whole host shares (sandboxes as uids of the pool,
   Celery workers, injected faults; see HOST in tests/conftest.py), one after another;
 - `rest`: everything else.
@@ -34,8 +34,9 @@ HOST_EXPRESSION = " or ".join(HOST)
 
 # The host-wide tests of the `host` part; the `workers` part runs the other host-wide tests.
 # Most must be here: the shared sandbox user, the egress test network (in tests/egress and
-# tests/browser/test_egress_browser.py), host-wide commands. The rest of tests/browser and the
-# API's fuzzing balance the parts (in CI: host 229 s and workers 776 s without them).
+# tests/browser/test_egress_browser.py), host-wide commands. The rest of tests/browser, the
+# API's fuzzing and the live serving tests balance the parts (in CI: host 229 s and workers
+# 776 s without them; 499 s and 591 s with the first two).
 HOST_PART_TESTS = (
     "tests/sandbox",
     "tests/egress",
@@ -45,6 +46,7 @@ HOST_PART_TESTS = (
     "tests/test_crash_cleanup.py",
     "tests/test_run_notify.py",
     "tests/test_openapi_fuzz.py",
+    "tests/test_serving_live.py",
 )
 
 

@@ -181,7 +181,9 @@ def test_a_web_process_whose_pooled_connections_were_all_cut_serves_its_next_req
     assert result["pool"] and result["cut"] >= 3, result
     # Before: the first waited out the pool's 3 s and failed (503), the next took about 1 s.
     assert [outcome for outcome, _ in result["answers"]] == ["ok", "ok", "ok"], result
-    assert max(took for _, took in result["answers"]) < 0.5, result
+    # None waits out the pool's reconnection backoff (its first step is 1 s); the margin is for a
+    # machine busy with the rest of the suite (0.53 s was seen there).
+    assert max(took for _, took in result["answers"]) < 0.9, result
 
 
 # 2. A tool-server call whose wait breaks
