@@ -83,15 +83,18 @@ def _check(ok: bool, what: str, detail: object = "") -> None:
         raise SystemExit(f"the {what} call did not succeed: {str(detail)[:500]}")
 
 
-async def measure(url: str, token: str, slug: str, runs: int) -> list[tuple[str, list[float]]]:
+async def measure(url: str, token: str, slug: str, runs: int) -> tuple[list[tuple[str, list[float]]], list[tuple[float, dict, float]]]:
     """Round robin: each round calls every path once, so a change in the machine's load (it
-    is shared) weighs on all rows alike."""
+    is shared) weighs on all rows alike. Each path's times, and the API calls' stamps (stages())."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
     headers = {"Authorization": f"Bearer {token}"}
     text = base.ARGUMENTS["text"]
+    # (client's wall clock at sending, the answer, client's wall clock at receiving) of each API
+    # call of the measured rounds.
+    stamps: list[tuple[float, dict, float]] = []
     async with contextlib.AsyncExitStack() as stack:
         http = await stack.enter_async_context(httpx2.AsyncClient(headers=headers, timeout=60))
         sessions = {}
@@ -104,8 +107,9 @@ async def measure(url: str, token: str, slug: str, runs: int) -> list[tuple[str,
             sent = time.time()
             response = await http.post(f"{url}/api/v1/toolkits/{slug}/tools/echo/invoke", json={"arguments": base.ARGUMENTS, "wait": True})
             received = time.time()
-            _check(response.status_code == 200 and response.json()["status"] == "succeeded", "API", response.text)
-            stamps.append((sent, response.json(), received))
+            answer = response.json() if response.status_code == 200 else {}
+            _check(answer.get("status") == "succeeded", "API", response.text)
+            stamps.append((sent, answer, received))
 
         async def openapi() -> None:
             response = await http.post(f"{url}/openapi/{slug}/echo", json=base.ARGUMENTS)
@@ -133,12 +137,8 @@ async def measure(url: str, token: str, slug: str, runs: int) -> list[tuple[str,
                 await call()
                 if round_ >= 2:
                     times[name].append(time.perf_counter() - started)
-        return [(name, times[name]) for name, _call in paths]
+        return [(name, times[name]) for name, _call in paths], stamps
 
-
-# (client's wall clock at sending, the answer, client's wall clock at receiving) of each API call
-# of the measured rounds.
-stamps: list[tuple[float, dict, float]] = []
 
 STAGES = (
     ("HTTP, ASGI, middleware, the view up to the new row", "sent", "created_at"),
@@ -148,7 +148,7 @@ STAGES = (
 )
 
 
-def stages() -> list[tuple[str, list[float]]]:
+def stages(stamps: list[tuple[float, dict, float]]) -> list[tuple[str, list[float]]]:
     """Where an API call's time goes, from its own timestamps (the row's `created_at`, the
     worker's claim `started_at`, `finished_at`) and the client's clock on the same host."""
     from datetime import datetime
@@ -234,7 +234,7 @@ def main() -> None:
         server = Server(scratch, args.port)
         _token, raw = ApiToken.issue(user=user, name="bench")
 
-        rows = asyncio.run(measure(server.url, raw, toolkit.slug, args.runs))
+        rows, stamps = asyncio.run(measure(server.url, raw, toolkit.slug, args.runs))
 
         p50s = {name: base._percentile(times, 0.5) for name, times in rows}
         api, bare = p50s[rows[0][0]], p50s[BARE]
@@ -249,7 +249,7 @@ def main() -> None:
               f" client's clock; the stages' p50s need not add up to the call's)\n")
         print(f"| {'stage':<58} | {'p50 ms':>8} | {'p95 ms':>8} |")
         print(f"| {'-' * 58} | {'-' * 8}:| {'-' * 8}:|")
-        for name, spans in stages():
+        for name, spans in stages(stamps):
             print(f"| {name:<58} | {base._percentile(spans, 0.5) * 1000:8.2f} | {base._percentile(spans, 0.95) * 1000:8.2f} |")
         mcp = p50s["MCP tools/call (2025 session)"]
         print(f"\nTargets: API p50 / bare {api / bare:.2f} (<= {TARGET_BARE_RATIO}: "

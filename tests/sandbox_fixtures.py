@@ -37,7 +37,6 @@ from toolhub.sandbox import uids
 
 REPO = Path(__file__).resolve().parent.parent
 SANDBOX_USER = sandbox.DEFAULT_SANDBOX_USER
-POOL_PREFIX = uids.DEFAULT_PREFIX
 POOL_FIRST: int = settings.TOOLHUB_SANDBOX_UID_FIRST
 # Only the part that runs the tests of the shared sandbox user looks for its processes (the
 # `workers` part runs every sandbox as a pool uid of its own range).
@@ -77,8 +76,8 @@ def sandbox_user_names() -> list[str]:
     """The shared sandbox user (where this part runs its tests) and the users of this test run's
     range of the uid pool that exist on this machine."""
     names = [SANDBOX_USER] if _SHARED_USER_HERE else []
-    first, size = POOL_FIRST, max(settings.TOOLHUB_SANDBOX_UIDS, 16)
-    names += [f"{POOL_PREFIX}{number:04d}" for number in range(first, first + size)]
+    size = max(settings.TOOLHUB_SANDBOX_UIDS, settings.TOOLHUB_TEST_UID_RANGE)
+    names += [uids.user_name(number) for number in range(POOL_FIRST, POOL_FIRST + size)]
     return [name for name in names if _exists(name)]
 
 

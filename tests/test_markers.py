@@ -69,7 +69,8 @@ def test_each_part_takes_a_range_of_the_uid_pool_of_its_own():
 
     ranges = {part: settings_test._UID_FIRST.get(part, 0) for part in ("host", "workers")}
     # 16 users each (scripts/system-setup test makes 32); the ranges must not overlap.
-    assert abs(ranges["host"] - ranges["workers"]) >= 16
+    assert settings_test.TOOLHUB_TEST_UID_RANGE == 16
+    assert abs(ranges["host"] - ranges["workers"]) >= settings_test.TOOLHUB_TEST_UID_RANGE
     assert set(settings_test._PARTS) == {"host", "workers", "rest"}
     assert len(set(settings_test._PARTS.values())) == 3
 

@@ -12,11 +12,13 @@ os.environ.setdefault("TOOLHUB_DATA_DIR", "/tmp/toolhub-test-data")
 
 
 # A part of a test run beside others (scripts/run_tests.py sets TOOLHUB_TEST_PART): its number
-# picks its Redis database, and the first user of its range of the sandbox uid pool (16 each;
+# picks its Redis database, and the first user of its range of the sandbox uid pool (16 each,
+# TOOLHUB_TEST_UID_RANGE;
 # `scripts/system-setup test` makes 32), so that its pool leases and survivor checks never meet
 # another part's sandboxes.
 _PARTS = {"host": 0, "rest": 1, "workers": 2}
-_UID_FIRST = {"workers": 16}
+TOOLHUB_TEST_UID_RANGE = 16
+_UID_FIRST = {"workers": TOOLHUB_TEST_UID_RANGE}
 
 
 def _own_part(part: str) -> None:

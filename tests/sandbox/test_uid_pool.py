@@ -26,7 +26,7 @@ pytest_plugins = ["tests.sandbox_fixtures"]
 
 from tests.sandbox_fixtures import POOL_FIRST, REPO, SANDBOX_USER, require_sandbox, wait_for_no_sandbox_processes  # noqa: E402
 from toolhub.sandbox.launcher import Limits, SandboxOutcome, SandboxUnavailable, run_sandboxed  # noqa: E402
-from toolhub.sandbox.uids import UidPool, uids_with_processes  # noqa: E402
+from toolhub.sandbox.uids import UidPool, uids_with_processes, user_name  # noqa: E402
 
 pytestmark = pytest.mark.sandbox
 
@@ -49,7 +49,7 @@ def _nothing_survives():
 
 def _pool_name(index: int) -> str:
     """The name of this test run's `index`th pool user (its range starts at POOL_FIRST)."""
-    return f"toolhub-sb-{POOL_FIRST + index:04d}"
+    return user_name(POOL_FIRST + index)
 
 
 @pytest.fixture

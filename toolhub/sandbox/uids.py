@@ -44,6 +44,11 @@ from toolhub.sandbox.limits import SandboxUnavailable
 
 DEFAULT_PREFIX = "toolhub-sb-"
 
+def user_name(number: int, prefix: str = DEFAULT_PREFIX) -> str:
+    """The name of the pool's user `number` (``toolhub-sb-0007``)."""
+    return f"{prefix}{number:04d}"
+
+
 # How often a lease that found every uid busy looks again.
 _RETRY_SECONDS = 0.02
 
@@ -95,7 +100,7 @@ class UidPool:
         self.lease_timeout = lease_timeout
 
     def names(self) -> list[str]:
-        return [f"{self.prefix}{index:04d}" for index in range(self.first, self.first + self.size)]
+        return [user_name(number, self.prefix) for number in range(self.first, self.first + self.size)]
 
     def users(self) -> list[SandboxUser]:
         """Every user of the pool; ``SandboxUnavailable`` if one is missing or privileged."""
