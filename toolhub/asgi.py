@@ -7,13 +7,39 @@ from __future__ import annotations
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolhub.settings")
 # The web server keeps its database connections in a pool (see TOOLHUB_DB_POOL in settings).
 os.environ.setdefault("TOOLHUB_DB_POOL", "1")
 
-django_app = get_asgi_application()
+
+class OneThreadHandler(ASGIHandler):
+    """Django's ASGI handler, with the middleware and the view called in one go on the
+    request's thread, as under WSGI.
+
+    Every view of ToolHub is synchronous, and so is some of the middleware (WhiteNoise's and
+    ToolHub's own). Left to Django, the chain is built for an async server: the request goes
+    from the event loop to its thread at the outermost synchronous middleware, back to the
+    loop below the innermost one, and over to the thread again for CSRF's view check and for
+    the view, each crossing with a future, a copied context and a wake-up of the loop. Built
+    as for WSGI and called through one `sync_to_async`, a request crosses once. The thread per
+    request stays (`ThreadSensitiveContext`, in `__call__`): one slow view holds up no other."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        super().load_middleware(is_async=False)
+        chain = self._middleware_chain  # type: ignore[has-type]  # set by load_middleware, untyped in the stubs
+        self._middleware_chain = sync_to_async(chain, thread_sensitive=True)
+
+
+def _django_application() -> OneThreadHandler:
+    django.setup(set_prefix=False)
+    return OneThreadHandler()
+
+
+django_app = _django_application()
 
 from toolhub.serving import mcp  # noqa: E402 - needs the apps loaded by get_asgi_application.
 
