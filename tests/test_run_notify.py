@@ -317,7 +317,7 @@ def test_a_subscription_lost_mid_wait_is_followed_by_polling(invocation, setting
     assert time.monotonic() - started < 3
 
 
-def test_a_thread_keeps_its_subscriber_connection_and_takes_only_its_own_notices(settings) -> None:
+def test_a_wait_takes_an_earlier_waits_subscriber_connection_and_only_its_own_notices(settings) -> None:
     import uuid
 
     if not settings.REDIS_URL:
@@ -336,3 +336,42 @@ def test_a_thread_keeps_its_subscriber_connection_and_takes_only_its_own_notices
     notify.wait(later, lambda state: seen.append(state) or state is not None, seconds=2, listener=second)
     assert seen == [{"id": str(later)}]
     assert notify.listen(uuid.uuid4())._pubsub.connection is connection_
+
+
+def test_a_subscriber_connection_passes_from_one_thread_to_the_next(settings) -> None:
+    """The web server runs each request on a thread of its own: the connection an ended wait
+    gave back is the next request's, on another thread, and no third is made."""
+    import uuid
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    used: list = []
+
+    def one_wait() -> None:
+        invocation_id = uuid.uuid4()
+        listener = notify.listen(invocation_id)
+        assert listener is not None
+        used.append(listener._pubsub.connection)
+        notify.publish(invocation_id, {"id": str(invocation_id)})
+        notify.wait(invocation_id, lambda state: state is not None, seconds=2, listener=listener)
+
+    for _ in range(3):
+        thread = threading.Thread(target=one_wait)
+        thread.start()
+        thread.join()
+    assert len(used) == 3 and used[0] is used[1] is used[2]
+
+
+def test_the_idle_subscriber_connections_are_bounded(settings) -> None:
+    import uuid
+
+    if not settings.REDIS_URL:
+        pytest.skip("needs REDIS_URL (CI sets it)")
+    listeners = [notify.listen(uuid.uuid4()) for _ in range(notify._IDLE_MAX + 5)]
+    pubsubs = [listener._pubsub for listener in listeners]
+    assert len({id(p) for p in pubsubs}) == len(pubsubs)
+    for listener in listeners:
+        listener.close()
+    assert len(notify._idle) == notify._IDLE_MAX
+    # Those beyond the bound were closed, not kept.
+    assert [p.connection for p in pubsubs[notify._IDLE_MAX:]] == [None] * 5

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -90,11 +91,11 @@ def _state(message: Any) -> dict | None:
 
 
 class Listener:
-    """One wait's subscription to an invocation's notices, on this thread's subscriber
-    connection (``_subscriber``): that connection stays open from one wait to the next, as a new
-    one costs a connect and Redis's handshake (0.5-1 ms, measured with ``listen`` in a loop).
-    So it may still deliver what an earlier wait subscribed to; only this channel's notices
-    are taken."""
+    """One wait's subscription to an invocation's notices, on a subscriber connection of the
+    process's (``_subscriber``): that connection goes back to the process's idle ones after the
+    wait, as a new one costs a connect and Redis's handshake (0.5-1 ms, measured with ``listen``
+    in a loop). So it may still deliver what an earlier wait subscribed to; only this channel's
+    notices are taken."""
 
     def __init__(self, pubsub: Any, invocation_id: object) -> None:
         self._pubsub = pubsub
@@ -134,40 +135,59 @@ class Listener:
         return None
 
     def close(self, *, broken: bool = False) -> None:
-        """Unsubscribe, keeping the connection for the thread's next wait (without waiting for
-        Redis's confirmation: the next wait passes over it); a broken one is dropped."""
+        """Unsubscribe, and give the connection back for the process's next wait (without
+        waiting for Redis's confirmation: the next wait passes over it); a broken one is dropped."""
         if not broken:
             try:
                 self._pubsub.unsubscribe(self._channel)
-                return
             except Exception:  # noqa: BLE001 - then it is broken
                 pass
+            else:
+                _release_subscriber(self._pubsub)
+                return
         _drop_subscriber(self._pubsub)
 
 
-_local = threading.local()
-# A thread's subscriber connection is made anew once it has this many subscriptions left by
-# waits that never closed theirs (a request that failed between listen and wait).
+# The process's idle subscriber connections, each with the process id and Redis URL it was
+# made for, so a forked child or a changed setting never takes one it does not own. Any thread
+# takes one: the web server runs each request on a new thread, so a connection per thread
+# would be a connection per call.
+_idle: list[tuple[int, str, Any]] = []
+_idle_lock = threading.Lock()
+# Bounds: the idle connections kept (as many as waits were ever in flight at once, up to
+# this), and the subscriptions one may carry that waits never closed (a request that failed
+# between listen and wait) before it is made anew.
+_IDLE_MAX = 32
 _SUBSCRIBER_MAX_CHANNELS = 64
 
 
 def _subscriber() -> Any:
-    """This thread's open subscriber connection (a redis-py PubSub) to settings.REDIS_URL."""
-    url = settings.REDIS_URL
-    known = getattr(_local, "subscriber", None)
-    if known is not None and known[0] == url and len(known[1].channels) < _SUBSCRIBER_MAX_CHANNELS:
-        return known[1]
-    if known is not None:
-        _drop_subscriber(known[1])
+    """An open subscriber connection (a redis-py PubSub) to settings.REDIS_URL, idle until now."""
+    url, pid = settings.REDIS_URL, os.getpid()
+    while True:
+        with _idle_lock:
+            if not _idle:
+                break
+            owner, known_url, pubsub = _idle.pop()
+        if owner != pid:
+            continue  # the parent's, before a fork: its socket is not this process's to use
+        if known_url == url and len(pubsub.channels) < _SUBSCRIBER_MAX_CHANNELS:
+            return pubsub
+        _drop_subscriber(pubsub)
     pubsub = _client(url).pubsub()
-    _local.subscriber = (url, pubsub)
+    pubsub.toolhub_url = url
     return pubsub
 
 
+def _release_subscriber(pubsub: Any) -> None:
+    with _idle_lock:
+        if len(_idle) < _IDLE_MAX:
+            _idle.append((os.getpid(), pubsub.toolhub_url, pubsub))
+            return
+    _drop_subscriber(pubsub)
+
+
 def _drop_subscriber(pubsub: Any) -> None:
-    known = getattr(_local, "subscriber", None)
-    if known is not None and known[1] is pubsub:
-        _local.subscriber = None
     try:
         pubsub.close()
     except Exception:  # noqa: BLE001 - it is being thrown away
