@@ -49,3 +49,39 @@ def test_redis_brokers_get_toolhubs_transport():
     # redis+socket://) get ToolHub's transport.
     for url in ("redis://127.0.0.1:6379/0", "redis+socket:///run/toolhub/redis.sock"):
         assert kombu.Connection(url).get_transport_cls() is broker.RedisTransport
+
+
+def test_sends_from_new_threads_make_no_redis_client_and_no_result_backend(settings):
+    """The web server sends each call's task from a new thread: kombu made a Redis client per
+    message, and Celery a result backend per thread, for results ToolHub never keeps."""
+    import threading
+    from unittest import mock
+
+    import redis
+
+    if not settings.REDIS_URL:
+        pytest.skip("the Redis transport's publishing (CI sets REDIS_URL)")
+    purge_queues()
+    broker.send(run_invocation.name, "first")  # the pool's connection and its channel are made
+    made: list[str] = []
+    original_client, original_backend = redis.Redis.__init__, type(app).backend
+
+    def counted_client(self, *args, **kwargs):
+        made.append("redis client")
+        original_client(self, *args, **kwargs)
+
+    def counted_backend(self):
+        made.append("result backend")
+        return original_backend.__get__(self)
+
+    def send(number: int) -> None:
+        broker.send(run_invocation.name, f"call {number}")
+
+    with mock.patch.object(redis.Redis, "__init__", counted_client), \
+            mock.patch.object(type(app), "backend", property(counted_backend)):
+        for number in range(3):
+            thread = threading.Thread(target=send, args=(number,))
+            thread.start()
+            thread.join()
+    assert made == []
+    assert [_next_message("sandbox").decode()[0] for _ in range(4)] == [["first"], ["call 0"], ["call 1"], ["call 2"]]

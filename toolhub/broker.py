@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 from celery import current_app
 from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -31,13 +35,40 @@ def send(task_name: str, *args: object) -> None:
         current_app.send_task(
             task_name, args=arguments, retry=False, connection=connection,  # type: ignore[arg-type]
             argsrepr=repr(arguments)[:ARGSREPR_MAX], kwargsrepr="{}",
+            ignore_result=True, result_cls=Sent, add_to_parent=False,  # type: ignore[arg-type]
         )
 
 
+class Sent:
+    """What `send` has Celery return for a task it published. ToolHub keeps no Celery results
+    (CELERY_TASK_IGNORE_RESULT, no result backend); Celery's own AsyncResult would build that
+    result backend for every thread that sends (Celery keeps one per thread), and the web server
+    runs each request on a new thread."""
+
+    def __init__(self, task_id: str) -> None:
+        self.id = task_id
+
+
 class _ClosedSafeChannel(kombu_redis.Channel):
-    """kombu's Redis channel, overriding one private method of it (`_connparams`): kombu
-    offers no public hook for this, and without it a broker restart can end a worker for good
-    (below)."""
+    """kombu's Redis channel, overriding two private methods of it: `_connparams`, without which
+    a broker restart can end a worker for good, and `conn_or_acquire`, which made a Redis
+    client for every message published (below). kombu offers no public hook for either."""
+
+    _publisher: Any = None
+
+    @contextmanager
+    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
+        """kombu's, but the Redis client a publish uses is made once per channel, not per
+        message: redis-py's client checks its deprecated arguments against its signature each
+        time one is made, a cost py-spy showed in the web server's profile of `wait: true`
+        calls. The client holds no connection of its own: each command takes one from the
+        channel's pool, as before."""
+        if client:
+            yield client
+            return
+        if self._publisher is None:
+            self._publisher = self._create_client()  # type: ignore[attr-defined]  # not in the stubs
+        yield self._publisher
 
     def _connparams(self, asynchronous: bool = False):
         """kombu's, but a channel whose connection was already closed raises a connection error
