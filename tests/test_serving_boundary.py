@@ -183,6 +183,7 @@ def test_an_app_that_names_nobody_lists_only_what_everyone_may_use(client, admin
     assert sorted(shared["paths"]) == ["/shared__echo"]
     assert client.get("/openapi/private/openapi.json", **_as(token)).status_code == 404
     assert client.post("/openapi/private__echo", data="{}", content_type="application/json", **_as(token)).status_code == 404
+    assert client.post("/openapi/private/echo", data="{}", content_type="application/json", **_as(token)).status_code == 404
     for_alice = client.get("/openapi/openapi.json", **_as(token, "alice@example.org")).json()
     assert sorted(for_alice["paths"]) == ["/private__echo", "/shared__echo"]
 
@@ -324,6 +325,25 @@ def test_a_prefixed_tool_is_found_by_its_toolkit_however_many_there_are(alice, u
     assert [t.name for t in first] == ["a__echo"] and cursor
     with pytest.raises(catalog.BadCursor):
         catalog.catalog_page(alice, cursor + "x")
+
+
+def test_a_call_reads_its_toolkit_in_one_query_and_not_again_once_found(alice, bob, upload, django_assert_num_queries):
+    from toolhub.serving import catalog
+
+    _ready(upload(alice, toolkit_source("Echo"), slug="echo_kit"))
+    with django_assert_num_queries(1):
+        toolkit = catalog.toolkit_to_serve(alice, "echo_kit")
+    with django_assert_num_queries(0):
+        served = catalog.find(alice, "echo", "echo_kit", toolkit=toolkit)
+    assert served is not None and (served.toolkit.slug, served.tool) == ("echo_kit", "echo")
+    # Another person's, shared with nobody: not found, for the plain call and the prefixed one.
+    access.toolkit_set_access(toolkit=toolkit, use=Use.ADMINS, groups=[], users=[], by=alice)
+    assert catalog.toolkit_to_serve(bob, "echo_kit") is None
+    assert catalog.find(bob, "echo", "echo_kit") is None and catalog.find(bob, "echo_kit__echo") is None
+    # Only a toolkit everyone may use is served to an app that names nobody.
+    assert catalog.toolkit_to_serve(alice, "echo_kit", shared=True) is None
+    access.toolkit_set_access(toolkit=toolkit, use=Use.EVERYONE, groups=[], users=[], by=alice)
+    assert catalog.toolkit_to_serve(bob, "echo_kit", shared=True).slug == "echo_kit"
 
 
 def test_the_combined_document_past_its_limit_says_so_and_names_the_other_urls(client, alice, upload, bearer, settings):

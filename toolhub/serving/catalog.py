@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core import signing
 
 from toolhub.accounts.clients import Caller
-from toolhub.toolkits.access import toolkits_usable_by
+from toolhub.toolkits.access import toolkit_to_call, toolkits_usable_by
 from toolhub.toolkits.models import Revision, Status, Toolkit, Use
 
 MAX_NAME = 64
@@ -130,21 +130,32 @@ def catalog_page(user, cursor: str | None = None, *, shared: bool = False) -> tu
     return [served for toolkit in page[:size] for served in _tools_of(toolkit, prefixed=True)], following
 
 
-def find(user, name: str, slug: str | None = None, *, shared: bool = False) -> ServedTool | None:
+def toolkit_to_serve(user, slug: str, *, shared: bool = False) -> Toolkit | None:
+    """served_toolkit for calling one of its tools: the toolkit with only what a call reads of
+    it and its current revision, in one plain query for the common cases
+    (toolhub.toolkits.access.toolkit_to_call, what the API's invoke uses)."""
+    return toolkit_to_call(user, slug, everyone_only=shared)
+
+
+def find(user, name: str, slug: str | None = None, *, shared: bool = False, toolkit: Toolkit | None = None) -> ServedTool | None:
     """The tool called `name` on the surface of `slug` (or of every toolkit), if the user may
     use it. A prefixed name is looked up by its toolkit, so every toolkit can be called however
-    many there are; a name shortened with a hash is matched among the toolkits its start names."""
+    many there are; a name shortened with a hash is matched among the toolkits its start names.
+    `toolkit`: `slug`'s toolkit as this request already found it (toolkit_to_serve), so it is
+    not read again."""
     if slug is not None:
-        return next((served for served in catalog(user, slug, shared=shared) if served.name == name), None)
+        if toolkit is None:
+            toolkit = toolkit_to_serve(user, slug, shared=shared)
+        return next((s for s in _tools_of(toolkit, prefixed=False) if s.name == name), None) if toolkit else None
     # A slug never holds `__` (toolkits.source_checks.slugify), so the first one ends it.
     head = name.split("__", 1)[0]
-    toolkit = served_toolkit(user, head, shared=shared) if "__" in name else None
-    match = next((s for s in _tools_of(toolkit, prefixed=True) if s.name == name), None) if toolkit else None
+    named = toolkit_to_serve(user, head, shared=shared) if "__" in name else None
+    match = next((s for s in _tools_of(named, prefixed=True) if s.name == name), None) if named else None
     if match is None and len(name) == MAX_NAME:
         # Shortened: `{slug}__{tool}` cut to 53 characters, then `_` and a hash; the start of
         # the slug is what is left of it.
-        for toolkit in _ready_toolkits(user, shared).filter(slug__startswith=head[: MAX_NAME - 11]).iterator():
-            match = next((s for s in _tools_of(toolkit, prefixed=True) if s.name == name), None)
+        for candidate in _ready_toolkits(user, shared).filter(slug__startswith=head[: MAX_NAME - 11]).iterator():
+            match = next((s for s in _tools_of(candidate, prefixed=True) if s.name == name), None)
             if match is not None:
                 break
     return match

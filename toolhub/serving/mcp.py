@@ -40,6 +40,7 @@ from toolhub.serving import catalog
 from toolhub.serving.auth import caller_from_headers
 from toolhub.serving.calls import Declined, NeedsInput, WaitBroken, answer, follow, no_answer, serve_call
 from toolhub.serving.limits import RateLimited
+from toolhub.toolkits.models import Toolkit
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +62,16 @@ def _db(fn, *args, **kwargs):
     return sync_to_async(run, thread_sensitive=False)()
 
 
-def _context(ctx) -> tuple[Caller, str | None]:
+def _scope_data(ctx) -> dict:
     request = ctx.request
     data = request.scope.get(SCOPE_KEY) if request is not None else None
     if not data:
         raise MCPError(code=types.INVALID_REQUEST, message="Not reached through ToolHub's MCP endpoint.")
+    return data
+
+
+def _context(ctx) -> tuple[Caller, str | None]:
+    data = _scope_data(ctx)
     return data["caller"], data["slug"]
 
 
@@ -187,7 +193,9 @@ def _resume(caller: Caller, state: dict, responses: dict, on_event):
 
 
 async def call_tool(ctx, params: types.CallToolRequestParams):
-    caller, slug = _context(ctx)
+    data = _scope_data(ctx)
+    # The toolkit of /mcp/{slug} as asgi_app found it for this very request.
+    caller, slug, toolkit = data["caller"], data["slug"], data["toolkit"]
     loop_ask: Any
     back_channel = ctx.session.can_send_request
     elicit = _supports_elicitation(ctx)
@@ -224,7 +232,7 @@ async def call_tool(ctx, params: types.CallToolRequestParams):
             state = _unseal(params.request_state, caller)
             invocation = _resume(caller, state, params.input_responses or {}, on_event)
             return follow(invocation, seen=state["s"], ask=loop_ask, on_event=on_event if wants_progress else None)
-        served = catalog.find(caller.user, params.name, slug, shared=catalog.shared_only(caller))
+        served = catalog.find(caller.user, params.name, slug, shared=catalog.shared_only(caller), toolkit=toolkit)
         if served is None:
             raise MCPError(code=types.INVALID_PARAMS, message=f"Unknown tool: {params.name[:100]}")
         try:
@@ -315,6 +323,14 @@ def _principal(caller: Caller) -> AuthenticatedUser:
     return AuthenticatedUser(AccessToken(token="", client_id=credential, subject=person, scopes=[]))
 
 
+def _admit(headers: Headers, slug: str | None) -> tuple[Caller, Toolkit | None]:
+    """The caller, and for /mcp/{slug} the toolkit if the caller may use it (ready or not), in
+    one trip to a worker thread and one database connection."""
+    caller = caller_from_headers(headers)
+    toolkit = None if slug is None else catalog.toolkit_to_serve(caller.user, slug, shared=catalog.shared_only(caller))
+    return caller, toolkit
+
+
 async def asgi_app(scope, receive, send) -> None:
     """`/mcp` and `/mcp/{slug}`: authenticate, check the toolkit, then the SDK's app."""
     path = scope["path"].rstrip("/")
@@ -330,8 +346,7 @@ async def asgi_app(scope, receive, send) -> None:
         await _error(404, "Not found.")(scope, receive, send)
         return
     try:
-        caller = await _db(caller_from_headers, headers)
-        found = slug is None or await _db(catalog.served_toolkit, caller.user, slug, shared=catalog.shared_only(caller))
+        caller, toolkit = await _db(_admit, headers, slug)
     except CallerRefused as exc:
         extra = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
         await _error(exc.status, exc.message, extra)(scope, receive, send)
@@ -341,10 +356,10 @@ async def asgi_app(scope, receive, send) -> None:
         logger.warning("database unavailable on %s: %s", path, str(exc).strip())
         await _error(503, dbretry.UNAVAILABLE, {"Retry-After": "1"})(scope, receive, send)
         return
-    if not found:
+    if slug is not None and toolkit is None:
         await _error(404, "Not found.")(scope, receive, send)
         return
     inner = dict(scope, path="/mcp", raw_path=b"/mcp")
-    inner[SCOPE_KEY] = {"caller": caller, "slug": slug}
+    inner[SCOPE_KEY] = {"caller": caller, "slug": slug, "toolkit": toolkit}
     inner["user"] = _principal(caller)
     await _starlette(inner, receive, send)

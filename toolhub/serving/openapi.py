@@ -163,15 +163,14 @@ def openapi_call(request: HttpRequest, name: str, slug: str | None = None) -> Ht
     except CallerRefused as exc:
         return _refused(request, exc)
     shared = catalog.shared_only(caller)
-    if slug is not None and catalog.served_toolkit(caller.user, slug, shared=shared) is None:
+    toolkit = None if slug is None else catalog.toolkit_to_serve(caller.user, slug, shared=shared)
+    if slug is not None and toolkit is None:
         return _cors(request, _errors(404, "Not found."))
-    served = catalog.find(caller.user, name, slug, shared=shared)
+    served = catalog.find(caller.user, name, slug, shared=shared, toolkit=toolkit)
     if served is None:
-        if slug is not None:
-            # A toolkit that exists for the caller but is not ready: say so, as the API does.
-            toolkit = catalog.served_toolkit(caller.user, slug, shared=shared)
-            if toolkit is not None and name in (toolkit.current_revision.tool_names if toolkit.current_revision else []):
-                return _cors(request, _errors(409, run_services.not_ready_reason(toolkit)))
+        # A toolkit that exists for the caller but is not ready: say so, as the API does.
+        if toolkit is not None and name in (toolkit.current_revision.tool_names if toolkit.current_revision else []):
+            return _cors(request, _errors(409, run_services.not_ready_reason(toolkit)))
         return _cors(request, _errors(404, "Not found."))
     if len(request.body) > MAX_BODY:
         return _cors(request, _errors(413, f"The request body is over {MAX_BODY} bytes."))

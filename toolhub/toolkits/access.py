@@ -87,15 +87,19 @@ def _toolkit_row(slug: str) -> Toolkit | None:
     return toolkit
 
 
-def toolkit_to_call(user, slug: str) -> Toolkit | None:
+def toolkit_to_call(user, slug: str, *, everyone_only: bool = False) -> Toolkit | None:
     """toolkit_usable_by for a tool call, the hot path of every surface: only the columns a call
     reads, and the plain cases of usable_filter (admins, the owner, "everyone") decided on the
-    row itself, so they cost one simple query; any other case asks usable_filter as well."""
+    row itself, so they cost one simple query; any other case asks usable_filter as well.
+    `everyone_only`: only a toolkit everyone may use (an app that named no person,
+    toolhub.serving.catalog.shared_only)."""
     if not (user.is_authenticated and user.is_active):
         return None
     toolkit = _toolkit_row(slug)
     if toolkit is None:
         return None
+    if everyone_only:
+        return toolkit if toolkit.use == Use.EVERYONE else None
     if is_admin(user) or toolkit.owner_id == user.pk or toolkit.use == Use.EVERYONE:
         return toolkit
     return toolkit if toolkits_usable_by(user).filter(pk=toolkit.pk).exists() else None
