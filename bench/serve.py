@@ -41,6 +41,8 @@ BARE = "bare python3.11 -I -S -c pass"
 TARGET_BARE_RATIO = 2.0
 TARGET_MCP_RATIO = 1.2
 TARGET_RATE = 100.0
+# PostgreSQL's backends report their statistics once idle, at most once a second.
+STATS_DELAY = 1.5
 
 
 class Server:
@@ -200,6 +202,19 @@ def _roles(server_pid: int, worker_pid: int, before, after) -> dict[str, float]:
     return {"web server (uvicorn)": web, **spent}
 
 
+def _transactions() -> int | None:
+    """The scratch database's committed transactions so far (PostgreSQL's statistics, which a
+    backend reports once it is idle, at most once a second), or None on SQLite."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+        cursor.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=30, help="calls per row (default 30)")
@@ -257,9 +272,13 @@ def main() -> None:
               f"(<= {TARGET_MCP_RATIO}: {'met' if mcp / api <= TARGET_MCP_RATIO else 'missed'})")
 
         if args.burst:
+            time.sleep(STATS_DELAY)
+            committed = _transactions()
             before = drain_cpu._processes()
             seconds = asyncio.run(burst(server.url, raw, toolkit.slug, args.burst, args.connections))
             after = drain_cpu._processes()
+            time.sleep(STATS_DELAY)
+            committed_after = _transactions()
             rate = args.burst / seconds
             print(f"\nBurst: {args.burst} calls sent at once over {args.connections} connections: {seconds:.2f} s, "
                   f"{rate:.1f} calls/s (target >= {TARGET_RATE:.0f}: {'met' if rate >= TARGET_RATE else 'missed'})\n")
@@ -272,6 +291,9 @@ def main() -> None:
             total = sum(cpu for role, cpu in spent.items() if role != drain_cpu.ROLES[6]) * 1000 / args.burst
             print(f"| {'ToolHub, PostgreSQL, Redis and the bench':<42} | {total:15.2f} |")
             print(f"\nOn {os.cpu_count()} cores that CPU allows {os.cpu_count() * 1000 / total:.1f} calls/s.")
+            if committed is not None and committed_after is not None:
+                # Each of the bench's own two reads commits one more.
+                print(f"Database transactions committed per call in the burst: {(committed_after - committed - 2) / args.burst:.2f}")
         if args.burst and args.pinned:
             # The shape of a second worker host: two worker processes, each on a core of its own
             # (the web server, PostgreSQL and Redis still share both).

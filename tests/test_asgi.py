@@ -55,8 +55,16 @@ def _call(app, scope: dict, body: bytes = b"") -> tuple[dict, bytes, int, set[in
         await communicator.wait(10)
         return start, b"".join(chunks)
 
+    answer: list = []
+    # A loop of its own, on a thread of its own, as a server's: an earlier test in the same
+    # process may have left an event loop running on this one.
+    caller = threading.Thread(target=lambda: answer.append(asyncio.run(run())))
     with mock.patch.object(SyncToAsync, "thread_handler", counted):
-        start, content = asyncio.run(run())
+        caller.start()
+        caller.join(30)
+    assert answer, "the request got no answer"
+    start, content = answer[0]
+    threads.discard(caller.ident)
     return start, content, crossings, threads
 
 

@@ -131,6 +131,31 @@ def test_the_next_invocation_is_taken_in_one_statement_on_postgresql(toolkit, al
     assert Invocation.objects.get(pk=mine.pk).status == RunStatus.QUEUED
 
 
+def test_a_take_says_how_it_found_the_message_s_own_invocation_in_the_same_statement(
+    toolkit, alice, bob, django_assert_num_queries  # noqa: F811
+):
+    """A worker that ran another's invocation, or found nothing, needs to know whether its
+    message's own one is still to come: the take says so, as it found it before its claim."""
+    import uuid
+
+    from django.db import connection
+
+    mine = made_invocation(toolkit, alice, created_at=timezone.now())
+    theirs = made_invocation(toolkit, bob, created_at=timezone.now() - timedelta(seconds=5))
+    now = timezone.now()
+    with django_assert_num_queries(1 if connection.vendor == "postgresql" else 5):
+        taken = queue.take_next(None, now=now, silent_since=now, error=as_written("gone"), own=mine.pk)
+    assert taken.invocation is not None and taken.invocation.pk == theirs.pk
+    assert taken.own == (RunStatus.QUEUED, mine.surface)
+    # Claimed by this very take: found as it was before the claim.
+    taken = queue.take_next(None, now=now, silent_since=now, error=as_written("gone"), own=mine.pk)
+    assert taken.invocation.pk == mine.pk and taken.own == (RunStatus.QUEUED, mine.surface)
+    # Running now, and a row not stored yet; and not asked.
+    assert queue.take_next(None, now=now, silent_since=now, error=as_written("gone"), own=mine.pk).own == (RunStatus.RUNNING, mine.surface)
+    assert queue.take_next(None, now=now, silent_since=now, error=as_written("gone"), own=uuid.uuid4()).own == (None, None)
+    assert queue.take_next(None, now=now, silent_since=now, error=as_written("gone")).own is None
+
+
 @pytest.mark.parametrize("beat_ago", [None, 1])
 def test_taking_the_next_ends_the_message_s_own_run_only_if_it_is_silent(toolkit, alice, beat_ago):  # noqa: F811
     beat = None if beat_ago is None else timezone.now() - timedelta(seconds=beat_ago)

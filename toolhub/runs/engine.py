@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import cast
+from typing import Any, cast
 
 from django.conf import settings
 from django.db.models import F, Model
@@ -263,7 +263,7 @@ def run_next(woken_by: str) -> None:
     # environment the last one did); whatever does not use it kills it.
     with sandboxing.warm_ahead():
         while True:
-            taken = _take(woken)
+            taken = _take(woken, own.id)
             if taken.abandoned:
                 notify.publish(woken)
             # The message's own run was ended if it had been abandoned; only once.
@@ -273,13 +273,14 @@ def run_next(woken_by: str) -> None:
                 if own.is_run_by(taken.invocation.pk):
                     return
                 # Another's invocation, taken while this message's own one was not stored yet
-                # (its own message then finds nothing left): take again while the own one waits.
-                if own.waits():
+                # (its own message then finds nothing left): take again while the own one waits
+                # (as the take found it: the next take looks again).
+                if own.waits(taken.own):
                     continue
                 own.log_if_given_up(woken_by)
                 return
             if taken.chosen is None:
-                if own.still_to_come():
+                if own.still_to_come(taken.own):
                     continue
                 own.log_if_given_up(woken_by)
                 return
@@ -314,17 +315,22 @@ class _RowPatience:
             return True
         return False
 
-    def _state(self) -> str | None:
+    @property
+    def id(self):
+        """The message's own invocation while it is still to be run, else None."""
+        return self._id
+
+    def _state(self, found: tuple[Any, Any] | None) -> str | None:
         """"absent", "queued", or None when nothing is left for the message (its invocation
         is running or ended, or is a call the queue never takes: an agent run's or a tool
-        test's, run by the worker of that run)."""
-        row = dbretry.write(
-            lambda: Invocation.objects.filter(pk=self._id).values_list("status", "surface").first(),
-            what=f"looking for invocation {self._id}",
-        )
-        if row is None:
+        test's, run by the worker of that run). `found`: its (status, surface) as the last take
+        found it (queue.Taken.own); read now if that take did not say."""
+        if found is None:
+            found = dbretry.write(lambda: queue.own_state(self._id), what=f"looking for invocation {self._id}")
+        status, surface = cast(tuple[Any, Any], found)
+        if status is None:
             return "absent"
-        if row[0] != RunStatus.QUEUED or row[1] in queue.UNQUEUED_SURFACES:
+        if status != RunStatus.QUEUED or surface in queue.UNQUEUED_SURFACES:
             self._id = None
             return None
         return "queued"
@@ -335,23 +341,23 @@ class _RowPatience:
         self.gave_up = state == "absent"
         return False
 
-    def waits(self) -> bool:
+    def waits(self, found: tuple[Any, Any] | None = None) -> bool:
         """After running another's invocation: whether the message's own one is still to be
-        run (queued, or not stored yet and the patience not spent). The patience counts from
-        the message's start, so a message whose row never comes does not keep a worker
-        process taking others' calls while they come."""
+        run (queued, or not stored yet and the patience not spent), as the take found it. The
+        patience counts from the message's start, so a message whose row never comes does not
+        keep a worker process taking others' calls while they come."""
         if self._id is None:
             return False
-        state = self._state()
+        state = self._state(found)
         return state == "queued" or (state == "absent" and self._in_time(state, time.monotonic()))
 
-    def still_to_come(self) -> bool:
+    def still_to_come(self, found: tuple[Any, Any] | None = None) -> bool:
         """After a take that found nothing: whether to take again, after a pause while the row
         is not stored yet, at once the first time it is found queued."""
         if self._id is None:
             return False
         now = time.monotonic()
-        state = self._state()
+        state = self._state(found)
         if state is None:
             return False
         if state == "queued" and not self._seen_queued:
@@ -370,9 +376,9 @@ class _RowPatience:
             logger.warning("no row for invocation %s came within %.0f s of its message", woken_by, ROW_PATIENCE_SECONDS)
 
 
-def _take(woken) -> queue.Taken:
+def _take(woken, own=None) -> queue.Taken:
     """queue.take_next, with its time and, if its answer was lost with the connection, the
-    claim it committed."""
+    claim it committed (and then no word of `own`)."""
     now = timezone.now()
     attempts = 0
 
@@ -384,7 +390,7 @@ def _take(woken) -> queue.Taken:
             # this one. Only then: two workers may read the clock in the same microsecond.
             return queue.Taken(False, mine.pk, mine)
         return queue.take_next(
-            woken, now=now, silent_since=now - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS), error=WORKER_STOPPED
+            woken, now=now, silent_since=now - timedelta(seconds=heartbeat.DEAD_AFTER_SECONDS), error=WORKER_STOPPED, own=own,
         )
 
     # dbretry answers None only for an `already_done` error, and there is none here.

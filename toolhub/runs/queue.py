@@ -174,6 +174,9 @@ class Taken:
     abandoned: bool  # the message's own invocation was ended: it ran without a heartbeat
     chosen: Any  # the id of the fairest queued invocation; None if nothing was queued
     invocation: Invocation | None  # that invocation, claimed by this try and loaded (None: another worker's)
+    # The (status, surface) of the invocation take_next was asked about (`own`) as this try
+    # found it before claiming anything, (None, None) if it had no row yet; None if not asked.
+    own: tuple[Any, Any] | None = None
 
 
 @cache
@@ -205,40 +208,55 @@ def _take_statement(vendor: str) -> tuple[str, tuple[Part, ...]]:
     parts = _load_parts()
     abandoned = _abandoned_sql(vendor) + f" RETURNING {column(Invocation, 'id')}"
     claimed = _claim_sql(vendor, "(SELECT id FROM pick)") + " RETURNING *"
+    inv, status, surface, pk = table(Invocation), *(column(Invocation, n) for n in ("status", "surface", "id"))
     sql = (
         f"WITH abandoned AS ({abandoned}), {_fair_ctes()}, claimed AS ({claimed}) "
-        f"SELECT (SELECT COUNT(*) FROM abandoned), (SELECT id FROM pick), {', '.join(part.select() for part in parts)} "
+        f"SELECT (SELECT COUNT(*) FROM abandoned), (SELECT id FROM pick), "
+        f"(SELECT {status} FROM {inv} WHERE {pk} = %s), (SELECT {surface} FROM {inv} WHERE {pk} = %s), "
+        f"{', '.join(part.select() for part in parts)} "
         f"FROM (SELECT 1) AS one LEFT JOIN (claimed i {_joins()}) ON TRUE"
     )
     return sql, parts
 
 
-def take_next(woken_by, *, now: datetime, silent_since: datetime, error: Message) -> Taken:
+def own_state(pk) -> tuple[Any, Any]:
+    """The (status, surface) of the invocation `pk`, (None, None) if it has no row."""
+    row = Invocation.objects.filter(pk=pk).values_list("status", "surface").first()
+    return (None, None) if row is None else (row[0], row[1])
+
+
+def take_next(woken_by, *, now: datetime, silent_since: datetime, error: Message, own: Any = None) -> Taken:
     """One try at what a worker does with an invocation's message: end the message's own
     invocation (`woken_by`, or None) if it is running without a heartbeat since `silent_since`
     (its worker died: failed with `error`), then choose the fairest queued invocation
-    (fairest_queued) and claim it at `now`, loaded for its run (load_for_run).
+    (fairest_queued) and claim it at `now`, loaded for its run (load_for_run). With `own` (the
+    message's own invocation while it is still to be run), how the try found that one too
+    (Taken.own), so the worker need not ask again.
 
     One statement on PostgreSQL: built of four, this took ~2.8 ms of the worker's time for a
     call, mostly Python and round trips (bench/invoke.py, the queue stage). SQLite has no UPDATE
     inside a WITH, so there it is those four statements."""
     if connection.vendor != "postgresql":
         ended = woken_by is not None and end_if_abandoned(woken_by, now=now, silent_since=silent_since, error=error)
+        found = None if own is None else own_state(own)
         chosen = fairest_queued()
         if chosen is None:
-            return Taken(ended, None, None)
-        return Taken(ended, chosen, load_for_run(chosen) if claim(chosen, now=now) else None)
+            return Taken(ended, None, None, found)
+        return Taken(ended, chosen, load_for_run(chosen) if claim(chosen, now=now) else None, found)
     sql, parts = _take_statement(connection.vendor)
+    own_key = None if own is None else param(Invocation, "id", own)
     params = [
         *_abandoned_params(woken_by, now=now, silent_since=silent_since, error=error),
         *_fair_params(),
         *_claim_params(now), RunStatus.QUEUED.value,
+        own_key, own_key,
     ]
     # Always one row: the statement's FROM is one row LEFT JOINed to what it claimed.
     row = cast(tuple[Any, ...], one_row(sql, params))
-    ended, chosen, rest = row[0], row[1], row[2:]
+    ended, chosen, own_status, own_surface, rest = row[0], row[1], row[2], row[3], row[4:]
     invocation = None if rest[0] is None else _attached(rest, parts)
-    return Taken(bool(ended), None if chosen is None else Invocation._meta.pk.to_python(chosen), invocation)
+    chosen = None if chosen is None else Invocation._meta.pk.to_python(chosen)
+    return Taken(bool(ended), chosen, invocation, None if own is None else (own_status, own_surface))
 
 
 def claimed_at(now: datetime) -> Invocation | None:
