@@ -183,7 +183,7 @@ def wait_for(invocation: Invocation, *, seconds: float | None = None) -> Invocat
         setattr(invocation, "has_events", bool(row[-1]))  # noqa: B010 - not a model field
 
     def done(state: dict | None) -> bool:
-        if state is not None and _took_state(invocation, state):
+        if state is not None and took_ended_state(invocation, state):
             return True
         # A dropped connection is replaced (once per read); the caller answers 202 with the
         # id if the database stays away, never 500 for an invocation that was accepted.
@@ -205,7 +205,7 @@ def take_listener(invocation: Invocation) -> Any:
     return listener
 
 
-def _took_state(invocation: Invocation, state: dict) -> bool:
+def took_ended_state(invocation: Invocation, state: dict) -> bool:
     """Take an ended run's state from its notice (notify.ended_state), if it is one for `invocation`;
     whether it was (anything else, and the run then is read from the database)."""
     if set(state) != {*WAIT_FIELDS, "id", "has_events"} or state["id"] != str(invocation.pk):
