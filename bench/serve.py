@@ -12,7 +12,9 @@ shared machine's changing load weighs on every row alike. Rows: p50 and p95 over
 after two warm-up rounds; each p50's ratio to the bare start and to the direct API call.
 Then a burst: N calls sent at once over HTTP (API, `wait: true`) from C client connections,
 timed until the last answer, with the CPU every process on the host spent on it, by role
-(from /proc, as bench/drain_cpu.py reads it). The targets of issue "Fast through the real
+(from /proc, as bench/drain_cpu.py reads it), the rate that CPU allows with and without the
+bench's own client, and the database's committed transactions per call (PostgreSQL's
+statistics). The targets of issue "Fast through the real
 server" are printed beside the figures. Scratch setup as in bench/invoke.py (a fresh data
 directory and database; `REDIS_URL` for Redis, else the filesystem broker). Needs root,
 bubblewrap and the sandbox users, like the worker."""
@@ -291,6 +293,10 @@ def main() -> None:
             total = sum(cpu for role, cpu in spent.items() if role != drain_cpu.ROLES[6]) * 1000 / args.burst
             print(f"| {'ToolHub, PostgreSQL, Redis and the bench':<42} | {total:15.2f} |")
             print(f"\nOn {os.cpu_count()} cores that CPU allows {os.cpu_count() * 1000 / total:.1f} calls/s.")
+            # The bench's own client shares the cores here; an LLM app's would be elsewhere.
+            served = total - spent[drain_cpu.ROLES[5]] * 1000 / args.burst
+            print(f"Without the bench's own process: {served:.2f} ms per call, which would allow "
+                  f"{os.cpu_count() * 1000 / served:.1f} calls/s.")
             if committed is not None and committed_after is not None:
                 # Each of the bench's own two reads commits one more.
                 print(f"Database transactions committed per call in the burst: {(committed_after - committed - 2) / args.burst:.2f}")
