@@ -488,7 +488,9 @@ class BadModelServer:
                 else:
                     payload, kind = b'{"detail": "model not loaded", "ok": true}', b"application/json"
                 declared = len(payload) * 2 if self.mode == "cut" else len(payload)
-                client.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: " + kind + b"\r\nContent-Length: "
+                # It closes each connection after its answer, and says so: a client that kept it
+                # for the next request would race the close ("connection reset", seen in CI).
+                client.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: " + kind + b"\r\nContent-Length: "
                                + str(declared).encode() + b"\r\n\r\n" + payload)
 
     def close(self) -> None:
