@@ -206,11 +206,13 @@ def _roles(server_pid: int, worker_pid: int, before, after) -> dict[str, float]:
 
 def _transactions() -> int | None:
     """The scratch database's committed transactions so far (PostgreSQL's statistics, which a
-    backend reports once it is idle, at most once a second), or None on SQLite."""
+    backend reports once it is idle, at most once a second: read after STATS_DELAY), or None
+    on SQLite."""
     from django.db import connection
 
     if connection.vendor != "postgresql":
         return None
+    time.sleep(STATS_DELAY)
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_force_next_flush()")
         cursor.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
@@ -274,12 +276,10 @@ def main() -> None:
               f"(<= {TARGET_MCP_RATIO}: {'met' if mcp / api <= TARGET_MCP_RATIO else 'missed'})")
 
         if args.burst:
-            time.sleep(STATS_DELAY)
             committed = _transactions()
             before = drain_cpu._processes()
             seconds = asyncio.run(burst(server.url, raw, toolkit.slug, args.burst, args.connections))
             after = drain_cpu._processes()
-            time.sleep(STATS_DELAY)
             committed_after = _transactions()
             rate = args.burst / seconds
             print(f"\nBurst: {args.burst} calls sent at once over {args.connections} connections: {seconds:.2f} s, "

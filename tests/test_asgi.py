@@ -64,7 +64,6 @@ def _call(app, scope: dict, body: bytes = b"") -> tuple[dict, bytes, int, set[in
         caller.join(30)
     assert answer, "the request got no answer"
     start, content = answer[0]
-    threads.discard(caller.ident)
     return start, content, crossings, threads
 
 

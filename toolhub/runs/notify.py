@@ -148,11 +148,11 @@ class Listener:
         _drop_subscriber(self._pubsub)
 
 
-# The process's idle subscriber connections, each with the process id and Redis URL it was
-# made for, so a forked child or a changed setting never takes one it does not own. Any thread
-# takes one: the web server runs each request on a new thread, so a connection per thread
-# would be a connection per call.
-_idle: list[tuple[int, str, Any]] = []
+# The process's idle subscriber connections. Any thread takes one: the web server runs each
+# request on a new thread, so a connection per thread would be a connection per call. Each
+# carries the process id and Redis URL it was made for (`toolhub_made_for`), so a forked child
+# or a changed setting never takes one it does not own.
+_idle: list[Any] = []
 _idle_lock = threading.Lock()
 # Bounds: the idle connections kept (as many as waits were ever in flight at once, up to
 # this), and the subscriptions one may carry that waits never closed (a request that failed
@@ -163,26 +163,26 @@ _SUBSCRIBER_MAX_CHANNELS = 64
 
 def _subscriber() -> Any:
     """An open subscriber connection (a redis-py PubSub) to settings.REDIS_URL, idle until now."""
-    url, pid = settings.REDIS_URL, os.getpid()
+    made_for = (os.getpid(), settings.REDIS_URL)
     while True:
         with _idle_lock:
             if not _idle:
                 break
-            owner, known_url, pubsub = _idle.pop()
-        if owner != pid:
+            pubsub = _idle.pop()
+        if pubsub.toolhub_made_for[0] != made_for[0]:
             continue  # the parent's, before a fork: its socket is not this process's to use
-        if known_url == url and len(pubsub.channels) < _SUBSCRIBER_MAX_CHANNELS:
+        if pubsub.toolhub_made_for == made_for and len(pubsub.channels) < _SUBSCRIBER_MAX_CHANNELS:
             return pubsub
         _drop_subscriber(pubsub)
-    pubsub = _client(url).pubsub()
-    pubsub.toolhub_url = url
+    pubsub = _client(made_for[1]).pubsub()
+    pubsub.toolhub_made_for = made_for
     return pubsub
 
 
 def _release_subscriber(pubsub: Any) -> None:
     with _idle_lock:
         if len(_idle) < _IDLE_MAX:
-            _idle.append((os.getpid(), pubsub.toolhub_url, pubsub))
+            _idle.append(pubsub)
             return
     _drop_subscriber(pubsub)
 

@@ -129,17 +129,16 @@ def _follow(
     if listener is not None:
         # Subscribed before the invocation existed: nothing can have happened to it that the
         # first look would see, so the first look waits for the worker's notice.
-        notices: list[dict] = []
+        ended: dict | None = None
 
         def noticed(state: dict | None) -> bool:
-            if state is not None:
-                notices.append(state)
+            nonlocal ended
+            ended = state if state is not None else ended
             return _noticed(invocation.pk, state)
 
         notify.wait(invocation.pk, noticed, seconds=deadline - time.monotonic(), listener=listener)
         # A notice that carries the end of a run without events is the whole outcome, as for
         # the API's `wait: true` (runs.services.wait_for): no look at the row and its events.
-        ended = notices[-1] if notices else None
         if ended is not None and not ended.get("has_events", True) and run_services.took_ended_state(invocation, ended):
             return CallOutcome(invocation=invocation, events=events, seen=seen)
     while True:
